@@ -1,0 +1,1 @@
+"""Torch modules only: Aggretriever, DeepCT, AligneR (+ their save/load)."""

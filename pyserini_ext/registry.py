@@ -1,0 +1,107 @@
+"""Our encoder names, and the one place that makes Pyserini accept them.
+
+Pyserini 1.6 has no plugin mechanism: encoder classes live in two plain dicts in `pyserini.encode`
+(`document_encoder_class_map`, `query_encoder_class_map`) and the `--encoder-class` options of
+`pyserini.encode`, `pyserini.search.faiss` and `pyserini.search.hybrid` are literal argparse `choices`.
+`register_with_pyserini` runs right after `pyserini.encode` is imported (a post-import hook set up by
+`_startup.py`) and
+  * adds our classes to both dicts (`aggretriever` replaces Pyserini's own, which fails on transformers 5),
+  * extends any `--encoder-class` option that has `choices` with our names,
+  * remembers an explicit `--max-length` given to those commands, because Pyserini's faiss/hybrid searchers
+    never pass it to query encoders (`cli_max_length`).
+Pyserini's files are never edited.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EncoderEntry:
+    document: str | None  # "module:Class"
+    query: str | None
+
+
+ENCODERS: dict[str, EncoderEntry] = {
+    "aggretriever": EncoderEntry(
+        "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
+        "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
+    ),
+}
+
+ENCODER_CLASS_OPTION = "--encoder-class"
+_cli_options: dict[str, object] = {}
+
+
+class UnknownEncoderError(KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _load(path: str):
+    module_name, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def encoder_class(name: str, kind: str = "document"):
+    """Our document or query encoder class for `name`; the error lists the known names."""
+    entry = ENCODERS.get(name)
+    path = getattr(entry, kind, None) if entry else None
+    if path is None:
+        known = sorted(n for n, e in ENCODERS.items() if getattr(e, kind))
+        raise UnknownEncoderError(f"unknown {kind} encoder {name!r}; known: {', '.join(known)}")
+    return _load(path)
+
+
+def cli_max_length() -> int | None:
+    """`--max-length` as given explicitly on a Pyserini command line in this process, else None."""
+    return _cli_options.get("max_length")
+
+
+def _extend_encoder_class_choices(add_argument):
+    def wrapped(self, *args, **kwargs):
+        choices = kwargs.get("choices")
+        if ENCODER_CLASS_OPTION in args and isinstance(choices, (list, tuple)):
+            kwargs["choices"] = list(choices) + [n for n in ENCODERS if n not in choices]
+        return add_argument(self, *args, **kwargs)
+
+    wrapped._pyserini_ext = True
+    return wrapped
+
+
+def _remember_max_length(parse_known_args):
+    def wrapped(self, args=None, namespace=None):
+        result = parse_known_args(self, args, namespace)
+        given = sys.argv[1:] if args is None else list(args)
+        if ENCODER_CLASS_OPTION in self._option_string_actions and any(
+            a == "--max-length" or a.startswith("--max-length=") for a in given
+        ):
+            _cli_options["max_length"] = result[0].max_length
+        return result
+
+    wrapped._pyserini_ext = True
+    return wrapped
+
+
+def _patch_argparse() -> None:
+    container = argparse._ActionsContainer
+    if not getattr(container.add_argument, "_pyserini_ext", False):
+        container.add_argument = _extend_encoder_class_choices(container.add_argument)
+    parser = argparse.ArgumentParser
+    if not getattr(parser.parse_known_args, "_pyserini_ext", False):
+        parser.parse_known_args = _remember_max_length(parser.parse_known_args)
+
+
+def register_with_pyserini(encode_module=None) -> None:
+    """Add our encoders to Pyserini's class maps and CLI choices (idempotent)."""
+    if encode_module is None:
+        encode_module = importlib.import_module("pyserini.encode")
+    for name, entry in ENCODERS.items():
+        if entry.document:
+            encode_module.document_encoder_class_map[name] = _load(entry.document)
+        if entry.query:
+            encode_module.query_encoder_class_map[name] = _load(entry.query)
+    _patch_argparse()
