@@ -1,13 +1,12 @@
 # Set-up is part of every target: the first run creates .venv and installs everything (torch==2.13.0 first:
 # it is the CPU wheel on local disk, any other request pulls a multi-GB CUDA build); later runs only
-# reinstall our own package when its sources changed. Our package is installed non-editable because the
-# start-up hook (pyserini_ext.pth) only ships that way.
+# refresh our editable install when setup files change. An editable install does not ship the start-up
+# hook (a wheel does), so it is copied into site-packages here.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEPS := $(VENV)/.deps-installed
 INSTALLED := $(VENV)/.pyserini-ext-installed
-SOURCES := $(shell find pyserini_ext java_bridge -name '*.py' 2>/dev/null) setup.cfg setup.py pyserini_ext.pth
 PYTEST := $(BIN)/python -m pytest
 export PYSERINI_EXT_DATA ?= $(HOME)/.cache/pyserini_ext/datasets
 
@@ -24,8 +23,9 @@ $(DEPS): setup.cfg | $(BIN)/python
 	$(BIN)/pip install -q ".[test,plot]"
 	touch $@
 
-$(INSTALLED): $(DEPS) $(SOURCES)
-	$(BIN)/pip install -q --no-deps --no-build-isolation --force-reinstall .
+$(INSTALLED): $(DEPS) setup.cfg setup.py pyserini_ext.pth
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	cp pyserini_ext.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	touch $@
 
 demo: $(INSTALLED)

@@ -30,6 +30,11 @@ ENCODERS: dict[str, EncoderEntry] = {
         "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
         "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
     ),
+    "deepct": EncoderEntry(None, "pyserini_ext.encode.deepct:DeepCTQueryEncoder"),
+    "aligner": EncoderEntry(
+        "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
+        "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+    ),
 }
 
 ENCODER_CLASS_OPTION = "--encoder-class"
@@ -44,6 +49,22 @@ class UnknownEncoderError(KeyError):
 def _load(path: str):
     module_name, _, attr = path.partition(":")
     return getattr(importlib.import_module(module_name), attr)
+
+
+class LazyEncoderClass:
+    """Stands in Pyserini's class maps for one of our classes; imports it only when Pyserini calls it.
+
+    Pyserini only ever calls the map's values (`encoder_class(**kwargs)`), so registering costs no import.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, *args, **kwargs):
+        return _load(self.path)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<pyserini-ext encoder {self.path}>"
 
 
 def encoder_class(name: str, kind: str = "document"):
@@ -101,7 +122,7 @@ def register_with_pyserini(encode_module=None) -> None:
         encode_module = importlib.import_module("pyserini.encode")
     for name, entry in ENCODERS.items():
         if entry.document:
-            encode_module.document_encoder_class_map[name] = _load(entry.document)
+            encode_module.document_encoder_class_map[name] = LazyEncoderClass(entry.document)
         if entry.query:
-            encode_module.query_encoder_class_map[name] = _load(entry.query)
+            encode_module.query_encoder_class_map[name] = LazyEncoderClass(entry.query)
     _patch_argparse()
