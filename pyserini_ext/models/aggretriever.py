@@ -1,0 +1,234 @@
+"""Aggretriever (Lin et al., 2023): [CLS] projection + aggregated MLM lexical representation, one vector.
+
+Output = concat(cls_proj(e_cls), agg(v)), semantic part first, as in Pyserini's prebuilt indexes, with
+  v[t] = max_i softmax(MLM logits_i)[t] * w_i * mask_i   over positions i = 1..L-1 ([CLS] left out),
+  w_i = tok_proj(h_i), the raw term weight (the released code applies no |.| or ReLU).
+`agg*` (default) slice-max-pools v into 2d columns and folds them into d signed values; `agg+` stops at d
+slice maxima; the no-MLM variant puts w_i at the input token id instead of spreading it over the vocabulary.
+See ../shared/design/reference-notes.md for the released code's exact rules, which the checkpoints follow.
+
+Memory: the reference computes v from a batch x length x vocab tensor (several copies of it, GBs per batch).
+Here only the non-padding positions go through the MLM head, `position_chunk` rows at a time, and a running
+max keeps v; the result is the same (the padded positions' zeros are put back into the max).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModelForMaskedLM
+
+POOLINGS = ("agg*", "agg+", "no-mlm")
+AGG_CONFIG_NAME = "aggretriever_config.json"
+WEIGHTS_NAME = "model.safetensors"
+LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
+# In the released rule, ids dropped to make the vocabulary divisible are the first ones ([unused*] in BERT);
+# above this many, zeros are padded instead (reference-notes.md).
+MAX_DROPPED_IDS = 1000
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder lacks what an Aggretriever needs; the message names what is missing."""
+
+
+@dataclass
+class AggretrieverConfig:
+    agg_dim: int = 640
+    cls_dim: int = 128
+    pooling: str = "agg*"
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.pooling!r}; known: {', '.join(POOLINGS)}")
+        if self.agg_dim <= 0 or self.cls_dim < 0:
+            raise ValueError(f"agg_dim must be > 0 and cls_dim >= 0, got {self.agg_dim}, {self.cls_dim}")
+
+
+def slice_layout(vocab_size: int, width: int) -> int:
+    """How many leading ids to drop (> 0) or zeros to pad (< 0) so the vocabulary splits into rows of `width`."""
+    extra = vocab_size % width
+    return extra - width if extra > MAX_DROPPED_IDS else extra
+
+
+def aggregate(lexical: Tensor, agg_dim: int = 640, full: bool = True) -> Tensor:
+    """Slice max pooling of [batch, vocab] lexical vectors: agg* (full=True, signed pairs) or agg+."""
+    width = 2 * agg_dim if full else agg_dim
+    shift = slice_layout(lexical.shape[-1], width)
+    if shift >= 0:
+        lexical = lexical[:, shift:]
+    else:
+        lexical = nn.functional.pad(lexical, (0, -shift))
+    pooled = lexical.reshape(lexical.shape[0], -1, width).amax(1)
+    if not full:
+        return pooled
+    positive, negative = pooled[:, 0::2], pooled[:, 1::2]
+    return torch.where(positive > negative, positive, -negative)
+
+
+class MaskedLMHead:
+    """Splits a masked-LM model into its transformer body and its vocabulary head (BERT, DistilBERT)."""
+
+    def __init__(self, mlm: nn.Module):
+        self.mlm = mlm
+        if hasattr(mlm, "cls") and hasattr(mlm.cls, "predictions"):  # BERT family
+            self.head = mlm.cls
+        elif hasattr(mlm, "vocab_projector"):  # DistilBERT
+            self.head = lambda h: mlm.vocab_projector(mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(h))))
+        else:
+            raise CheckpointError(f"unsupported masked-LM backbone {type(mlm).__name__}: Aggretriever supports "
+                                  "BERT-family (BertForMaskedLM) and DistilBertForMaskedLM")
+
+    def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden)
+
+
+class Aggretriever(nn.Module):
+    """State-dict layout of Pyserini's checkpoints: `encoder.*` (the masked LM), `tok_proj.*`, `cls_proj.*`."""
+
+    def __init__(self, encoder: nn.Module, config: AggretrieverConfig | None = None):
+        super().__init__()
+        self.config = config or AggretrieverConfig()
+        self.encoder = encoder
+        hidden = encoder.config.hidden_size if hasattr(encoder.config, "hidden_size") else encoder.config.dim
+        self.tok_proj = nn.Linear(hidden, 1)
+        self.cls_proj = nn.Linear(hidden, self.config.cls_dim) if self.config.cls_dim else None
+        self._mlm = MaskedLMHead(encoder)
+        self.vocab_size = encoder.config.vocab_size
+        self.position_chunk = 1024  # rows of [*, vocab] materialised at once
+
+    @property
+    def dim(self) -> int:
+        return self.config.cls_dim + self.config.agg_dim
+
+    def lexical(self, input_ids: Tensor, attention_mask: Tensor, hidden: Tensor) -> Tensor:
+        """v: [batch, vocab] max over positions 1..L-1 of softmax(logits) * w * mask."""
+        batch, length = input_ids.shape
+        weights = self.tok_proj(hidden[:, 1:]).squeeze(-1)  # [B, L-1]
+        mask = attention_mask[:, 1:].bool()
+        # Padded positions contribute exact zeros to the reference max (it multiplies by the mask): start the
+        # running max at 0 for sequences with padding, at -inf for those without.
+        has_padding = ~mask.all(dim=1)
+        lexical = torch.full((batch, self.vocab_size), float("-inf"), dtype=hidden.dtype, device=hidden.device)
+        lexical[has_padding] = 0
+        if self.config.pooling == "no-mlm":
+            ids = input_ids[:, 1:]
+            src = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+            lexical = torch.zeros_like(lexical).scatter_reduce(1, ids, src, reduce="amax", include_self=True)
+            return lexical
+        rows = mask.nonzero(as_tuple=False)  # [N, 2] (sequence, position), grouped by sequence
+        flat_hidden = hidden[:, 1:][mask]
+        flat_weights = weights[mask]
+        for start in range(0, rows.shape[0], self.position_chunk):
+            end = min(start + self.position_chunk, rows.shape[0])
+            probs = torch.softmax(self._mlm.logits(flat_hidden[start:end]), dim=-1)
+            probs.mul_(flat_weights[start:end, None])
+            seqs, counts = torch.unique_consecutive(rows[start:end, 0], return_counts=True)
+            offset = 0
+            for seq, count in zip(seqs.tolist(), counts.tolist()):
+                lexical[seq] = torch.maximum(lexical[seq], probs[offset:offset + count].amax(0))
+                offset += count
+        return lexical
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        if input_ids.shape[1] < 2:
+            raise ValueError("Aggretriever needs at least [CLS] and one more token per sequence")
+        hidden = self._mlm.hidden_states(input_ids, attention_mask)
+        lexical = self.lexical(input_ids, attention_mask, hidden)
+        agg = aggregate(lexical, self.config.agg_dim, full=self.config.pooling != "agg+")
+        if self.cls_proj is None:
+            return agg
+        return torch.cat((self.cls_proj(hidden[:, 0]), agg), dim=-1)
+
+    # ---- save / load -----------------------------------------------------------------------------------
+    def save_pretrained(self, out_dir: str | os.PathLike, tokenizer=None) -> Path:
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.encoder.config.save_pretrained(out)
+        state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+        save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
+        (out / AGG_CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=1))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+        return out
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, **config_overrides) -> Aggretriever:
+        """Load a Pyserini-format checkpoint from a local folder or a Hugging Face hub name."""
+        folder = resolve_model_folder(name_or_path)
+        state = _read_state_dict(folder)
+        config_kwargs = {}
+        if (folder / AGG_CONFIG_NAME).is_file():
+            config_kwargs.update(json.loads((folder / AGG_CONFIG_NAME).read_text()))
+        if "cls_proj.weight" in state:
+            config_kwargs.setdefault("cls_dim", state["cls_proj.weight"].shape[0])
+        config_kwargs.update(config_overrides)
+        config = AggretrieverConfig(**config_kwargs)
+        heads = ["tok_proj"] + (["cls_proj"] if config.cls_dim else [])
+        required = [f"{head}.{p}" for head in heads for p in ("weight", "bias")]
+        missing = [k for k in required if k not in state]
+        if missing:
+            raise CheckpointError(f"{folder}: checkpoint is missing the Aggretriever heads {missing} (a plain "
+                                  "masked-LM folder? use `pyserini-ext aggretriever init` to add heads, or "
+                                  "`pyserini-ext aggretriever convert` for a training-repo checkpoint)")
+        if not any(k.startswith("encoder.") for k in state):
+            raise CheckpointError(f"{folder}: no 'encoder.*' weights in the checkpoint")
+        encoder = AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder))
+        model = cls(encoder, config)
+        result = model.load_state_dict(state, strict=False)
+        # A tied output projection may be stored once (safetensors) or twice (torch.save): both are fine.
+        tied = _tied_output_names(model)
+        missing = set(result.missing_keys) - tied
+        if tied and tied <= set(result.missing_keys):
+            missing |= tied
+        if missing or result.unexpected_keys:
+            raise CheckpointError(f"{folder}: weights do not fit the model: missing {sorted(missing)[:5]}, "
+                                  f"unexpected {sorted(result.unexpected_keys)[:5]}")
+        return model.eval()
+
+
+def _tied_output_names(model: Aggretriever) -> set[str]:
+    output = model.encoder.get_output_embeddings()
+    if output is None:
+        return set()
+    return {f"encoder.{n}" for n, p in model.encoder.named_parameters(remove_duplicate=False) if p is output.weight}
+
+
+def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
+    """A local folder as is; otherwise a hub name downloaded with huggingface_hub (needs network)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or str(name_or_path).startswith((".", "/")):
+        raise FileNotFoundError(f"{name_or_path}: not a model folder")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(name_or_path)))
+    except Exception as e:
+        raise FileNotFoundError(f"{name_or_path!r} is neither a local folder nor downloadable from the "
+                                f"Hugging Face hub ({type(e).__name__}: {e})") from e
+
+
+def _read_state_dict(folder: Path) -> dict[str, Tensor]:
+    if (folder / WEIGHTS_NAME).is_file():
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(folder / WEIGHTS_NAME))
+        except Exception as e:
+            raise CheckpointError(f"{folder / WEIGHTS_NAME}: unreadable weights ({e})") from e
+    if (folder / LEGACY_WEIGHTS_NAME).is_file():
+        try:
+            return torch.load(folder / LEGACY_WEIGHTS_NAME, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"{folder / LEGACY_WEIGHTS_NAME}: unreadable weights ({e})") from e
+    raise CheckpointError(f"{folder}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME}")
