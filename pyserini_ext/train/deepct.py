@@ -1,0 +1,128 @@
+"""DeepCT training: query-term-recall targets on the first piece of each word, masked MSE.
+
+Target of a passage word t (Dai & Callan): recall(t) = |{q in Q : t in q}| / |Q| over the passage's relevant
+queries Q. Words are the tokenizer's words on both sides (lower-cased, punctuation split off; see
+models/deepct.py), matched exactly (no stemming). Passages are cut to their first `max_length` pieces
+(128 by default, as in the paper); [CLS], [SEP], padding and continuation pieces carry no loss.
+"""
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words, window_inputs
+from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
+
+
+@dataclass
+class DeepCTExample:
+    docid: str
+    words: list[str]  # the passage words kept (first window)
+    targets: list[float]  # one per word
+    inputs: dict[str, torch.Tensor]  # one window: input_ids, attention_mask ([1, L])
+    first_positions: list[int]
+
+
+def term_recall(passage_words: list[str], queries: list[list[str]]) -> list[float]:
+    """recall(t) for each passage word: the fraction of the queries that contain t."""
+    if not queries:
+        raise ValueError("term recall needs at least one relevant query")
+    query_sets = [set(q) for q in queries]
+    return [sum(word in q for q in query_sets) / len(query_sets) for word in passage_words]
+
+
+def passage_text(doc: Mapping[str, str]) -> str:
+    """Title and text joined, as the index sees them."""
+    return " ".join(p for p in (doc.get("title") or "", doc.get("text") or "") if p)
+
+
+def make_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
+                  qrels: Mapping[str, Mapping[str, int]], max_length: int = 128) -> list[DeepCTExample]:
+    """One example per judged-relevant passage (relevance > 0) with its first `max_length`-piece window."""
+    relevant_queries: dict[str, list[str]] = {}
+    for qid, judged in qrels.items():
+        if qid not in queries:
+            raise KeyError(f"qrels name query {qid!r}, which is not in the queries")
+        for docid, rel in judged.items():
+            if rel > 0:
+                relevant_queries.setdefault(docid, []).append(qid)
+    examples = []
+    for docid in sorted(relevant_queries):
+        if docid not in corpus:
+            raise KeyError(f"qrels name passage {docid!r}, which is not in the corpus")
+        windows = pack_windows(split_words(tokenizer, passage_text(corpus[docid])), max_length)
+        if not windows:
+            continue  # empty passage: nothing to learn from
+        query_words = [[w.text for w in split_words(tokenizer, queries[q])] for q in relevant_queries[docid]]
+        words = [w.text for w in windows[0]]
+        inputs, firsts = window_inputs(tokenizer, windows[:1])
+        examples.append(DeepCTExample(docid, words, term_recall(words, query_words), inputs, firsts[0]))
+    if not examples:
+        raise ValueError("no training examples: no judged-relevant passage with text")
+    return examples
+
+
+def collate(examples: list[DeepCTExample], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Batch tensors: input_ids, attention_mask, targets and loss mask (1 on each word's first piece)."""
+    width = max(e.inputs["input_ids"].shape[1] for e in examples)
+    batch = {
+        "input_ids": torch.full((len(examples), width), pad_token_id, dtype=torch.long),
+        "attention_mask": torch.zeros((len(examples), width), dtype=torch.long),
+        "targets": torch.zeros((len(examples), width)),
+        "mask": torch.zeros((len(examples), width)),
+    }
+    for row, example in enumerate(examples):
+        length = example.inputs["input_ids"].shape[1]
+        batch["input_ids"][row, :length] = example.inputs["input_ids"][0]
+        batch["attention_mask"][row, :length] = example.inputs["attention_mask"][0]
+        batch["targets"][row, example.first_positions] = torch.tensor(example.targets)
+        batch["mask"][row, example.first_positions] = 1.0
+    return batch
+
+
+def masked_mse(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the positions where mask == 1."""
+    count = mask.sum()
+    if count == 0:
+        raise ValueError("masked MSE over an empty mask")
+    return ((predictions - targets) ** 2 * mask).sum() / count
+
+
+def deepct_loss(model: DeepCTModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in batch.items()}
+    return masked_mse(model(batch["input_ids"], batch["attention_mask"]), batch["targets"], batch["mask"])
+
+
+def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
+                 qrels: Mapping[str, Mapping[str, int]], out_dir: str | os.PathLike | None = None,
+                 config: TrainConfig | None = None, batch_size: int = 16, max_length: int = 128,
+                 **card) -> tuple[DeepCTModel, list[float]]:
+    """Train DeepCT from a backbone (or DeepCT) folder; saves the model and training_log.json when `out_dir`.
+
+    Deterministic for a given seed: the head is initialised and the data shuffled from `config.seed`.
+    """
+    config = config or TrainConfig()
+    set_seed(config.seed)  # the regression head is initialised at load time
+    model = DeepCTModel.from_pretrained(model_path, max_length=max_length)
+    examples = make_examples(model.tokenizer, corpus, queries, qrels, max_length)
+    steps_per_epoch = (len(examples) + batch_size - 1) // batch_size
+
+    def make_batches(epoch: int) -> Iterator[dict[str, torch.Tensor]]:
+        order = list(range(len(examples)))
+        random.Random(config.seed + epoch).shuffle(order)
+        for start in range(0, len(order), batch_size):
+            yield collate([examples[i] for i in order[start:start + batch_size]], model.tokenizer.pad_token_id)
+
+    losses = train(model, make_batches, deepct_loss, config, steps_per_epoch, desc="deepct")
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        model.save_pretrained(out_dir, base_model=str(model_path), training_examples=len(examples), **card)
+        save_training_log(out_dir, config, losses, batch_size=batch_size, max_length=max_length,
+                          training_examples=len(examples))
+    return model, losses
