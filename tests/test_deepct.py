@@ -1,0 +1,99 @@
+"""DeepCT unit tests on hand-made examples: targets, masked MSE, sub-word merge, tf rules, save/load."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForTokenClassification
+
+from pyserini_ext.index.deepct import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
+from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words
+from pyserini_ext.train.deepct import collate, make_examples, masked_mse, term_recall
+
+
+@pytest.fixture(scope="module")
+def untrained() -> DeepCTModel:
+    torch.manual_seed(0)
+    return DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+
+
+def test_term_recall_two_queries_one_passage(untrained):
+    corpus = {"d1": {"title": "", "text": "Apple banana cherry, apple."}}
+    queries = {"q1": "apple banana", "q2": "APPLE pie"}
+    examples = make_examples(untrained.tokenizer, corpus, queries, {"q1": {"d1": 1}, "q2": {"d1": 2}})
+    (example,) = examples
+    assert example.words == ["apple", "banana", "cherry", ",", "apple", "."]
+    assert example.targets == [1.0, 0.5, 0.0, 0.0, 1.0, 0.0]
+    assert term_recall(["x", "y"], [["x"], ["x", "y"], ["z"], ["x"]]) == [0.75, 0.25]
+
+
+def test_targets_sit_on_first_pieces_only(untrained):
+    corpus = {"d1": {"title": "", "text": "covid19 insulin"}}  # covid19 -> 3 pieces
+    (example,) = make_examples(untrained.tokenizer, corpus, {"q": "covid19"}, {"q": {"d1": 1}})
+    batch = collate([example], untrained.tokenizer.pad_token_id)
+    # [CLS] co ##vid ##19 insulin [SEP]
+    assert batch["mask"][0].tolist() == [0, 1, 0, 0, 1, 0]
+    assert batch["targets"][0].tolist() == [0, 1, 0, 0, 0, 0]
+    predictions = torch.tensor([[5.0, 0.5, 9.0, 9.0, 0.25, 7.0]])
+    assert masked_mse(predictions, batch["targets"], batch["mask"]).item() == pytest.approx((0.25 + 0.0625) / 2)
+
+
+def test_passages_cut_at_max_length(untrained):
+    corpus = {"d1": {"title": "", "text": " ".join(["word"] * 300)}}
+    (example,) = make_examples(untrained.tokenizer, corpus, {"q": "word"}, {"q": {"d1": 1}}, max_length=128)
+    assert example.inputs["input_ids"].shape == (1, 128) and len(example.targets) == 126
+
+
+def test_windows_cover_long_texts_without_losing_words(untrained):
+    words = split_words(untrained.tokenizer, " ".join(f"w{i}" for i in range(200)))
+    windows = pack_windows(words, 16)
+    assert sum(len(w) for w in windows) == len(words)
+    assert all(sum(len(x.piece_ids) for x in w) <= 14 for w in windows)
+    assert len(untrained.word_weights([" ".join(["a"] * 1000)])[0]) == 1000
+
+
+def test_subword_merge_rules():
+    merged = merge_word_weights([("insulin", 0.4), ("mouse", -0.3), ("insulin", 0.9), ("insulin", 0.1), ("a", 0.0)])
+    assert merged == {"insulin": 0.9, "mouse": 0.0, "a": 0.0}
+    assert word_term_frequencies(merged) == {"insulin": 90}
+    assert word_term_frequencies({"x": 0.25}, mode="sqrt") == {"x": 50}
+    assert word_term_frequencies({"x": 0.004, "y": 0.005, "z": 0.006}) == {"z": 1}  # round-half-even: 0.5 -> 0
+    assert term_frequency(-1.0) == 0
+    assert pseudo_document({"b": 2, "a": 1}) == "b b a"
+    with pytest.raises(ValueError, match="unknown tf mode"):
+        term_frequency(0.5, mode="log")
+
+
+def test_first_piece_weight_is_the_word_weight(untrained):
+    text = "covid19 insulin"
+    ids = untrained.tokenizer(text, return_tensors="pt")
+    token_weights = untrained(ids["input_ids"], ids["attention_mask"])[0]
+    weights = dict(untrained.word_weights([text])[0])
+    assert weights["covid19"] == pytest.approx(token_weights[1].item(), abs=1e-5)
+    assert weights["insulin"] == pytest.approx(token_weights[4].item(), abs=1e-5)
+
+
+def test_save_load_round_trip_and_token_classification_layout(untrained, tmp_path):
+    untrained.save_pretrained(tmp_path / "m")
+    reloaded = DeepCTModel.from_pretrained(tmp_path / "m")
+    text = ["Insulin resistance in mice."]
+
+    def weights(model):
+        return dict(model.word_weights(text)[0])
+
+    assert weights(reloaded) == pytest.approx(weights(untrained))
+    hf = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "m"))
+    assert hf.config.num_labels == 1
+    hf.save_pretrained(str(tmp_path / "hf"))  # a plain 1-label token classifier (no deepct_config.json)
+    untrained.tokenizer.save_pretrained(str(tmp_path / "hf"))
+    assert weights(DeepCTModel.from_pretrained(tmp_path / "hf")) == pytest.approx(weights(untrained))
+
+
+def test_bad_inputs(untrained, tmp_path):
+    assert untrained.word_weights(["", "   "]) == [[], []]
+    with pytest.raises(ValueError, match="no training examples"):
+        make_examples(untrained.tokenizer, {"d": {"title": "", "text": ""}}, {"q": "x"}, {"q": {"d": 1}})
+    with pytest.raises(KeyError, match="not in the corpus"):
+        make_examples(untrained.tokenizer, {}, {"q": "x"}, {"q": {"d": 1}})
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        DeepCTModel.from_pretrained(tmp_path)
