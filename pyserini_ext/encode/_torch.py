@@ -30,8 +30,9 @@ def autocast_context(device: torch.device, precision: str = "float32"):
     return torch.autocast("cuda", dtype=PRECISIONS[precision])
 
 
-def join_titles(texts: list[str], titles: list[str] | None) -> list[str]:
-    """Pyserini's convention for title + text inputs (`--fields title text`)."""
+def join_titles(texts: list[str | None], titles: list[str | None] | None) -> list[str]:
+    """Pyserini's convention for title + text inputs (`--fields title text`); its reader gives None for
+    empty fields."""
     if titles is None:
-        return list(texts)
-    return [f"{title} {text}".strip() if title else text for title, text in zip(titles, texts)]
+        return [text or "" for text in texts]
+    return [f"{title} {text or ''}".strip() if title else text or "" for title, text in zip(titles, texts)]

@@ -101,7 +101,7 @@ class Aggretriever(nn.Module):
         self.cls_proj = nn.Linear(hidden, self.config.cls_dim) if self.config.cls_dim else None
         self._mlm = MaskedLMHead(encoder)
         self.vocab_size = encoder.config.vocab_size
-        self.position_chunk = 1024  # rows of [*, vocab] materialised at once
+        self.position_chunk = 512  # rows of [*, vocab] materialised at once (measured best on CPU)
 
     @property
     def dim(self) -> int:
@@ -232,3 +232,52 @@ def _read_state_dict(folder: Path) -> dict[str, Tensor]:
         except Exception as e:
             raise CheckpointError(f"{folder / LEGACY_WEIGHTS_NAME}: unreadable weights ({e})") from e
     raise CheckpointError(f"{folder}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME}")
+
+
+def from_masked_lm(backbone: str | os.PathLike, config: AggretrieverConfig | None = None,
+                   constant_term_weight: float | None = None, zero_cls: bool = False) -> Aggretriever:
+    """New heads on a masked-LM backbone folder (or hub name).
+
+    `constant_term_weight=1, zero_cls=True` gives an untrained but meaningful model: pure MLM lexical
+    matching (every position weighs 1, no semantic part), which the demo uses until trained weights exist.
+    """
+    encoder = AutoModelForMaskedLM.from_pretrained(resolve_model_folder(backbone))
+    model = Aggretriever(encoder, config)
+    if constant_term_weight is not None:
+        nn.init.zeros_(model.tok_proj.weight)
+        nn.init.constant_(model.tok_proj.bias, constant_term_weight)
+    if zero_cls and model.cls_proj is not None:
+        nn.init.zeros_(model.cls_proj.weight)
+        nn.init.zeros_(model.cls_proj.bias)
+    return model.eval()
+
+
+def convert_training_checkpoint(src: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """castorini/dhr training-repo folder -> Pyserini-format folder.
+
+    The training repo saves the masked LM with `save_pretrained` and the heads as separate files:
+    `pooler.pt` ([CLS] projection) and `TermWeightTrans.pt`, each a LinearPooler state dict (`linear_q.*`,
+    and `linear_p.*` which equals it when query and passage encoders are tied).
+    """
+    src = Path(src)
+    if (src / "query_model").is_dir():
+        raise CheckpointError(f"{src}: untied query/passage encoders cannot be expressed in Pyserini's format")
+    heads = {}
+    for name, target in (("TermWeightTrans.pt", "tok_proj"), ("pooler.pt", "cls_proj")):
+        path = src / name
+        if not path.is_file():
+            raise CheckpointError(f"{src}: missing {name} (the {target} head of a training-repo checkpoint)")
+        pooler = torch.load(path, map_location="cpu", weights_only=True)
+        if "linear_p.weight" in pooler and not torch.equal(pooler["linear_p.weight"], pooler["linear_q.weight"]):
+            raise CheckpointError(f"{path}: untied query/passage heads cannot be expressed in Pyserini's format")
+        heads[f"{target}.weight"], heads[f"{target}.bias"] = pooler["linear_q.weight"], pooler["linear_q.bias"]
+    encoder = AutoModelForMaskedLM.from_pretrained(src)
+    model = Aggretriever(encoder, AggretrieverConfig(cls_dim=heads["cls_proj.weight"].shape[0]))
+    model.tok_proj.load_state_dict({"weight": heads["tok_proj.weight"], "bias": heads["tok_proj.bias"]})
+    model.cls_proj.load_state_dict({"weight": heads["cls_proj.weight"], "bias": heads["cls_proj.bias"]})
+    tokenizer = None
+    if (src / "tokenizer_config.json").is_file() or (src / "vocab.txt").is_file():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    return model.save_pretrained(out, tokenizer)
