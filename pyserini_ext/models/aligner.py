@@ -1,0 +1,185 @@
+"""AligneR model: a Hugging Face encoder -> Linear(hidden, 128) -> L2 norm per token, plus salience heads.
+
+Query and document each have their own unary salience head u = lambda * ReLU(W x + b). During training lambda is
+the entropy-regularised top-k of the pre-activations s = W x + b with k = ceil(alpha * m) (alpha_q = 50%,
+alpha_d = 40%); at index/query time lambda is the hard top-k at the pruning ratio beta (beta = 100% keeps every
+token), which is the eps -> 0 limit of the same operator. Tokens outside the hard top-k never take part in the
+alignment, in training as in retrieval, so what the model learns is what the pruned index serves.
+
+A model folder = the encoder's Hugging Face files (config.json, weights, tokenizer) + `aligner_heads.pt`
+(projection and salience heads) + `aligner_config.json`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from pyserini_ext.models.alignment import entropy_topk, hard_topk_mask, salience_keep_count
+
+CONFIG_FILE = "aligner_config.json"
+HEADS_FILE = "aligner_heads.pt"
+QUERY, DOCUMENT = "query", "document"
+
+
+@dataclass
+class AlignerConfig:
+    dim: int = 128
+    alpha_q: float = 0.5  # training sparsity: fraction of query tokens kept by the entropy top-k
+    alpha_d: float = 0.4  # ... of document tokens
+    eps: float = 0.002  # entropy regularisation of the top-k
+    topk_iterations: int = 20
+    query_max_length: int = 32
+    doc_max_length: int = 256
+    backbone: str = ""  # where the encoder came from (informational)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> AlignerConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclass
+class EncodedTokens:
+    """Token vectors of a batch of texts: vectors [B, n, dim], salience pre-activations [B, n], mask [B, n]."""
+    vectors: torch.Tensor
+    salience_scores: torch.Tensor
+    mask: torch.Tensor
+
+    def weights(self, fraction: float, soft: bool = False, eps: float = 0.002, iterations: int = 20
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(salience weights u, kept-token mask) when keeping `fraction` of each text's tokens.
+
+        soft=True: u = lambda * ReLU(s) with the entropy top-k lambda (training); the kept mask is the hard top-k
+        either way, so pruned tokens never align.
+        """
+        keep = salience_keep_count(self.mask.sum(-1), fraction)
+        kept = hard_topk_mask(self.salience_scores.detach(), keep, self.mask)
+        magnitude = torch.relu(self.salience_scores)
+        if soft:
+            lam = entropy_topk(self.salience_scores, keep.to(self.salience_scores.dtype), eps=eps,
+                               iterations=iterations, mask=self.mask)
+            return lam * magnitude, kept
+        return magnitude * kept, kept
+
+
+class AlignerModel(nn.Module):
+    def __init__(self, encoder: nn.Module, tokenizer, config: AlignerConfig):
+        super().__init__()
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.config = config
+        hidden = encoder.config.hidden_size
+        self.projection = nn.Linear(hidden, config.dim)
+        self.query_salience = nn.Linear(hidden, 1)
+        self.doc_salience = nn.Linear(hidden, 1)
+        for head in (self.query_salience, self.doc_salience):
+            # start every token at salience ~1 (ReLU active everywhere) so all tokens get gradients at first
+            nn.init.normal_(head.weight, std=0.02)
+            nn.init.constant_(head.bias, 1.0)
+
+    # ---- construction / persistence -------------------------------------------------------------------------
+    @classmethod
+    def from_backbone(cls, backbone: str | os.PathLike, config: AlignerConfig | None = None) -> AlignerModel:
+        """Fresh heads on a pretrained Hugging Face encoder folder (or hub name)."""
+        from transformers import AutoModel, AutoTokenizer
+        config = config or AlignerConfig()
+        config.backbone = config.backbone or str(backbone)
+        encoder = AutoModel.from_pretrained(str(backbone))
+        return cls(encoder, AutoTokenizer.from_pretrained(str(backbone)), config)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike, device: str = "cpu") -> AlignerModel:
+        from transformers import AutoModel, AutoTokenizer
+        folder = Path(folder)
+        if not (folder / CONFIG_FILE).is_file() or not (folder / HEADS_FILE).is_file():
+            raise FileNotFoundError(f"{folder}: not an AligneR model folder (needs {CONFIG_FILE} and {HEADS_FILE}; "
+                                    "train one with `pyserini-ext aligner train`)")
+        config = AlignerConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
+        model = cls(AutoModel.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(folder)), config)
+        heads = torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True)
+        for name in ("projection", "query_salience", "doc_salience"):
+            getattr(model, name).load_state_dict(heads[name])
+        return model.to(device).eval()
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.encoder.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        torch.save({name: getattr(self, name).state_dict() for name in ("projection", "query_salience",
+                                                                         "doc_salience")}, folder / HEADS_FILE)
+        (folder / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=1))
+        return folder
+
+    def fingerprint(self) -> str:
+        """Hash of every parameter: an index records it and refuses queries encoded by another model."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    # ---- encoding -----------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.projection.weight.device
+
+    def max_length(self, kind: str) -> int:
+        return self.config.query_max_length if kind == QUERY else self.config.doc_max_length
+
+    def tokenize(self, texts: Sequence[str], kind: str, max_length: int | None = None) -> dict[str, torch.Tensor]:
+        if kind not in (QUERY, DOCUMENT):
+            raise ValueError(f"kind must be {QUERY!r} or {DOCUMENT!r}, got {kind!r}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"empty {kind} at position {i}: AligneR needs at least one word to encode")
+        max_length = max_length or self.max_length(kind)
+        limit = getattr(self.encoder.config, "max_position_embeddings", None)
+        if limit is not None and max_length > limit:
+            raise ValueError(f"max_length {max_length} exceeds the encoder's limit of {limit} positions")
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                               return_tensors="pt")
+        return {k: v.to(self.device) for k, v in batch.items() if k in ("input_ids", "attention_mask",
+                                                                        "token_type_ids")}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, kind: str,
+                token_type_ids: torch.Tensor | None = None) -> EncodedTokens:
+        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+        vectors = nn.functional.normalize(self.projection(hidden).float(), dim=-1)
+        head = self.query_salience if kind == QUERY else self.doc_salience
+        return EncodedTokens(vectors, head(hidden).squeeze(-1).float(), attention_mask.bool())
+
+    def encode_batch(self, texts: Sequence[str], kind: str, max_length: int | None = None) -> EncodedTokens:
+        return self(**self.tokenize(texts, kind, max_length), kind=kind)
+
+    @torch.no_grad()
+    def encode_texts(self, texts: Sequence[str], kind: str, batch_size: int = 32, max_length: int | None = None,
+                     fp16: bool = False, progress: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per text: (token vectors [n, dim] float32, salience pre-activations [n]); padding removed.
+
+        Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only.
+        """
+        self.eval()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
+        use_fp16 = fp16 and self.device.type == "cuda"
+        for start in tqdm(range(0, len(order), batch_size), desc=f"encode {kind}s", disable=not progress):
+            chunk = order[start:start + batch_size]
+            with torch.autocast(self.device.type, dtype=torch.float16, enabled=use_fp16):
+                encoded = self.encode_batch([texts[i] for i in chunk], kind, max_length)
+            lengths = encoded.mask.sum(-1).tolist()
+            vectors = encoded.vectors.cpu().numpy()
+            scores = encoded.salience_scores.cpu().numpy()
+            for row, i in enumerate(chunk):
+                results[i] = (vectors[row, :lengths[row]], scores[row, :lengths[row]])
+        return results
