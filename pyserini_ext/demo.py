@@ -1,0 +1,143 @@
+"""`make demo`: BM25, Aggretriever and their fusions on SciFact test, all through Pyserini's unchanged CLIs.
+
+Steps (each printed as the exact command it runs):
+  1. export SciFact from the dataset cache to a JsonCollection, TSV topics and TREC qrels;
+  2. BM25 index (`python -m pyserini.index.lucene`) and BM25 run (`python -m pyserini.search.lucene`);
+  3. Aggretriever Faiss index (`python -m pyserini.encode ... --encoder-class aggretriever --to-faiss`) and
+     run (`python -m pyserini.search.faiss --encoder-class aggretriever`);
+  4. fusions: `python -m pyserini.search.hybrid` (score interpolation) and `python -m pyserini.fusion` (RRF);
+  5. `python -m pyserini.eval.trec_eval` for nDCG@10 and R@100, printed as a table.
+
+Until trained Aggretriever weights exist, the model is the splade-tiny backbone (MS MARCO-trained MLM head)
+with the term weight fixed to 1 and the [CLS] projection zeroed: pure MLM lexical matching, no learned
+semantic part. Finished steps are kept in the work folder and reused; `--fresh` redoes everything.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
+from pyserini_ext.evaluation import trec_eval
+
+DEMO_MODEL_NOTE = ("Aggretriever demo model = splade-tiny backbone, term weight fixed to 1, [CLS] projection "
+                   "zeroed: pure MLM lexical matching (untrained heads; not the paper's model)")
+
+
+def run_step(command: list[str], output: Path, log: Path) -> None:
+    """Run a CLI step unless its output exists; outputs are written under a temporary name first."""
+    printable = " ".join(shlex.quote(c) for c in command)
+    if output.exists():
+        print(f"[reuse] {output}")
+        return
+    print(f"$ {printable}", flush=True)
+    tmp = output.with_name(output.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+    command = [str(tmp) if c == str(output) else c for c in command]
+    start = time.perf_counter()
+    with open(log, "a") as log_file:
+        log_file.write(f"$ {printable}\n")
+        log_file.flush()
+        proc = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise SystemExit(f"step failed ({proc.returncode}): {printable}\nsee {log}")
+    os.replace(tmp, output)
+    print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, max_length: int,
+                 batch_size: int, threads: int) -> tuple[Path, dict[str, Path]]:
+    """Build indexes and runs with Pyserini's CLIs; returns (TREC qrels path, {run name: run path})."""
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "commands.log"
+    py = sys.executable
+    dataset = load_dataset(dataset_name)
+    collection, topics, qrels = work / "collection", work / "topics.tsv", work / "qrels.txt"
+    if not (collection / "docs.jsonl").exists():
+        write_json_collection(dataset.corpus, collection)
+    write_topics(dataset.split_queries(split), topics)
+    write_trec_qrels(dataset.qrels(split), qrels)
+    print(f"{dataset.name}: {len(dataset.corpus)} documents, {len(dataset.split_queries(split))} {split} queries")
+
+    if model is None:
+        model = work / "aggretriever-demo-model"
+        print(DEMO_MODEL_NOTE)
+        run_step([py, "-m", "pyserini_ext.cli", "aggretriever", "init", "--backbone", "splade-tiny",
+                  "--lexical-only", "--output", str(model)], model, log)
+
+    bm25_index, agg_index = work / "index.bm25", work / "index.aggretriever"
+    run_step([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
+              "--index", str(bm25_index), "--generator", "DefaultLuceneDocumentGenerator",
+              "--threads", str(threads), "--storePositions", "--storeDocvectors", "--storeRaw"],
+             bm25_index, log)
+    run_step([py, "-m", "pyserini.encode",
+              "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title", "text",
+              "output", "--embeddings", str(agg_index), "--to-faiss",
+              "encoder", "--encoder", str(model), "--encoder-class", "aggretriever", "--fields", "title", "text",
+              "--dimension", "768", "--max-length", str(max_length), "--batch-size", str(batch_size),
+              "--device", "cpu"], agg_index, log)
+
+    runs = {
+        "BM25": work / "run.bm25.txt",
+        "Aggretriever": work / "run.aggretriever.txt",
+        "Hybrid (pyserini.search.hybrid)": work / "run.hybrid.txt",
+        "RRF (pyserini.fusion)": work / "run.rrf.txt",
+    }
+    run_step([py, "-m", "pyserini.search.lucene", "--index", str(bm25_index), "--topics", str(topics),
+              "--output", str(runs["BM25"]), "--bm25", "--hits", "1000", "--threads", str(threads),
+              "--batch-size", "64"], runs["BM25"], log)
+    run_step([py, "-m", "pyserini.search.faiss", "--index", str(agg_index), "--topics", str(topics),
+              "--encoder", str(model), "--encoder-class", "aggretriever", "--device", "cpu",
+              "--output", str(runs["Aggretriever"]), "--hits", "1000", "--batch-size", "64",
+              "--threads", str(threads)], runs["Aggretriever"], log)
+    run_step([py, "-m", "pyserini.search.hybrid",
+              "dense", "--index", str(agg_index), "--encoder", str(model), "--encoder-class", "aggretriever",
+              "--device", "cpu",
+              "sparse", "--index", str(bm25_index),
+              "fusion", "--alpha", "1.0", "--normalization",
+              "run", "--topics", str(topics), "--output", str(runs["Hybrid (pyserini.search.hybrid)"]),
+              "--hits", "1000", "--batch-size", "64", "--threads", str(threads)],
+             runs["Hybrid (pyserini.search.hybrid)"], log)
+    run_step([py, "-m", "pyserini.fusion", "--runs", str(runs["BM25"]), str(runs["Aggretriever"]),
+              "--output", str(runs["RRF (pyserini.fusion)"]), "--method", "rrf", "--k", "1000"],
+             runs["RRF (pyserini.fusion)"], log)
+    return qrels, runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="scifact", help="dataset name in the cache, or a BEIR folder")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--workdir", default="runs/demo")
+    parser.add_argument("--model", default=None, help="Aggretriever folder (default: build the demo model)")
+    parser.add_argument("--max-length", type=int, default=256, help="passage length for encoding")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--fresh", action="store_true", help="rebuild everything")
+    args = parser.parse_args(argv)
+
+    work = Path(args.workdir)
+    if args.fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    started = time.perf_counter()
+    qrels, runs = run_pipeline(args.dataset, args.split, work, Path(args.model) if args.model else None,
+                               args.max_length, args.batch_size, args.threads)
+    print(f"\n{args.dataset} {args.split}: python -m pyserini.eval.trec_eval -c -m ndcg_cut.10 -m recall.100")
+    print(f"{'run':<34} {'nDCG@10':>8} {'R@100':>8}")
+    for name, path in runs.items():
+        scores = trec_eval(qrels, path, ("ndcg_cut_10", "recall_100"))
+        print(f"{name:<34} {scores['ndcg_cut_10']:8.4f} {scores['recall_100']:8.4f}")
+    if not args.model:
+        print(f"\n{DEMO_MODEL_NOTE}")
+    print(f"total {time.perf_counter() - started:.0f} s; commands and their output: {work / 'commands.log'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
