@@ -28,7 +28,7 @@ from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
 from pyserini_ext.train.deepct import passage_text, train_deepct
-from pyserini_ext.train.loop import TrainConfig
+from pyserini_ext.train.loop import TrainConfig, set_seed
 
 
 @pytest.fixture(scope="module")
@@ -166,18 +166,23 @@ def test_deepct_query_and_impact_searcher(twin_indexes, untrained, word_tfs, cap
         assert "2 of 3 queries matched no document" in caplog.text
 
 
-def test_end_to_end_trained_beats_untrained(scifact, untrained, tmp_path):
-    """Train briefly on SciFact train, index a SciFact subset, search with BM25 through the unchanged Pyserini
-    command, evaluate with trec_eval: the trained DeepCT must beat the untrained one."""
+@pytest.mark.slow
+def test_end_to_end_trained_beats_untrained(scifact, tmp_path):
+    """Train two epochs (72 steps) on SciFact train, index a SciFact subset (the judged documents of all test
+    queries plus 1000 others) with the trained model and with the same model before training (same seed, same
+    head initialisation), search the test queries with BM25 through the unchanged Pyserini command, evaluate
+    with trec_eval: training must help."""
+    seed = 1
     model, losses = train_deepct(backbone_path("splade-tiny"), scifact.corpus, scifact.queries,
                                  scifact.qrels("train"), tmp_path / "model",
-                                 TrainConfig(max_steps=40, learning_rate=1e-4, seed=1), batch_size=16)
-    assert len(losses) == 40 and sum(losses[-10:]) < sum(losses[:10])
+                                 TrainConfig(epochs=2, learning_rate=1e-4, seed=seed), batch_size=16)
+    assert len(losses) == 72 and sum(losses[-10:]) < sum(losses[:10])
     assert json.loads((tmp_path / "model" / "training_log.json").read_text())["losses"] == losses
-    qrels = {q: j for q, j in list(scifact.qrels("test").items())[:40]}
+    set_seed(seed)
+    untrained = DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    qrels = scifact.qrels("test")
     judged = {d for j in qrels.values() for d in j}
-    others = sorted(set(scifact.corpus) - judged)
-    docids = sorted(judged) + random.Random(0).sample(others, 400)
+    docids = sorted(judged) + random.Random(0).sample(sorted(set(scifact.corpus) - judged), 1000)
     corpus = {d: scifact.corpus[d] for d in docids}
     topics = write_topics({q: scifact.queries[q] for q in qrels}, tmp_path / "topics.tsv")
     qrels_file = write_trec_qrels(qrels, tmp_path / "qrels.txt")
@@ -190,9 +195,10 @@ def test_end_to_end_trained_beats_untrained(scifact, untrained, tmp_path):
                         "--hits", "100"], check=True, capture_output=True)
         assert set(read_trec_run(run)) <= set(qrels)
         scores[name] = trec_eval(qrels_file, run)
-    assert scores["trained"]["ndcg_cut_10"] > scores["untrained"]["ndcg_cut_10"], scores
+    print(scores)
+    assert scores["trained"]["ndcg_cut_10"] > scores["untrained"]["ndcg_cut_10"] + 0.05, scores
     # QL-JM over the same DeepCT index, through our searcher, evaluates too
     searcher = ClassicLuceneSearcher(tmp_path / "trained")
     searcher.set_qljm(0.1)
     run = write_trec_run(searcher.search_topics({q: scifact.queries[q] for q in qrels}, k=100), tmp_path / "jm.run")
-    assert trec_eval(qrels_file, run)["ndcg_cut_10"] > 0.2
+    assert trec_eval(qrels_file, run)["ndcg_cut_10"] > 0.3
