@@ -14,6 +14,7 @@ GROUPS = {
     "aligner": "AligneR: train, index token vectors, search, few-shot alignment adaptation",
     "lucene": "Lucene helpers for any index (e.g. query likelihood with Jelinek-Mercer smoothing)",
     "data": "Datasets: export a BEIR dataset to Pyserini JsonCollection/topics/qrels",
+    "prebuilt": "Prebuilt indexes: pack an index with its catalogue record, download and verify one",
 }
 
 

@@ -1,0 +1,74 @@
+"""Packing a real Lucene index, fetching it back through a URL, and refusing corrupt or unknown ones."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pyserini_ext.index.prebuilt import PrebuiltIndexError, download_prebuilt, md5sum, pack_index
+
+
+@pytest.fixture(scope="module")
+def lucene_index(tmp_path_factory, scifact):
+    root = tmp_path_factory.mktemp("lucene")
+    subprocess.run([sys.executable, "-m", "pyserini_ext.cli", "data", "export", str(scifact.root),
+                    "--output", str(root / "export"), "--split", "test", "--no-download"], check=True,
+                   capture_output=True)
+    subset = root / "subset"
+    subset.mkdir()
+    lines = (root / "export" / "collection" / "docs.jsonl").read_text().splitlines()[:300]
+    (subset / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    index = root / "index"
+    subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input",
+                    str(subset), "--index", str(index), "--generator", "DefaultLuceneDocumentGenerator",
+                    "--threads", "1"], check=True, capture_output=True)
+    return index
+
+
+def _top_hits(index, query="cancer cells"):
+    from pyserini.search.lucene import LuceneSearcher
+
+    searcher = LuceneSearcher(str(index))
+    return [(h.docid, round(h.score, 4)) for h in searcher.search(query, k=5)]
+
+
+def test_pack_then_download_gives_the_same_index(lucene_index, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
+    catalogue = tmp_path / "catalogue.json"
+    record = pack_index(lucene_index, "scifact-subset-bm25", tmp_path / "dist", description="test",
+                        catalogue=catalogue)
+    assert record["md5"] == md5sum(tmp_path / "dist" / "scifact-subset-bm25.tar.gz")
+    assert json.loads(catalogue.read_text())["scifact-subset-bm25"]["size_bytes"] == record["size_bytes"]
+    path = download_prebuilt("scifact-subset-bm25", catalogue)
+    assert path == tmp_path / "cache" / "indexes" / f"scifact-subset-bm25.{record['md5']}"
+    hits = _top_hits(path)
+    assert len(hits) == 5 and hits == _top_hits(lucene_index)
+    assert download_prebuilt("scifact-subset-bm25", catalogue) == path  # cached, no second fetch
+
+
+def test_corrupt_download_is_refused_and_leaves_nothing(lucene_index, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
+    catalogue = tmp_path / "catalogue.json"
+    pack_index(lucene_index, "idx", tmp_path / "dist", catalogue=catalogue)
+    tarball = tmp_path / "dist" / "idx.tar.gz"
+    tarball.write_bytes(tarball.read_bytes()[:-100])
+    with pytest.raises(PrebuiltIndexError, match="expected .* bytes with md5"):
+        download_prebuilt("idx", catalogue)
+    assert [p.name for p in (tmp_path / "cache" / "indexes").iterdir()] == []
+
+
+def test_unknown_name_lists_the_catalogue(tmp_path):
+    catalogue = tmp_path / "c.json"
+    catalogue.write_text(json.dumps({"a": {"urls": [], "md5": "x"}}))
+    with pytest.raises(PrebuiltIndexError, match="unknown prebuilt index 'b'; known: a"):
+        download_prebuilt("b", catalogue)
+
+
+def test_all_mirrors_failing_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
+    catalogue = tmp_path / "c.json"
+    catalogue.write_text(json.dumps({"a": {"urls": [(tmp_path / "missing.tar.gz").as_uri()], "md5": "0"}}))
+    with pytest.raises(PrebuiltIndexError, match="could not fetch prebuilt index 'a'"):
+        download_prebuilt("a", catalogue)
