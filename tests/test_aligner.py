@@ -119,12 +119,22 @@ def test_salience_weights_the_aligned_pairs():
     query, doc = _hand_example()
     query = torch.cat([query, torch.tensor([[[0.0, 1.0]]])], dim=1)  # second query token, orthogonal to the first
     doc_weights = torch.tensor([[2.0, 1.0, 0.5, 1.0]])
-    query_weights = torch.tensor([[3.0, 0.0]])
+    query_weights = torch.tensor([[3.0, 1.0]])
     score = alignment_scores(query, query_weights, torch.ones(1, 2), doc, doc_weights, torch.ones(1, 4),
                              Alignment(k=2))
-    # only query token 1 counts (weight 3): it aligns to doc tokens 0 (0.9, weight 2) and 1 (0.5, weight 1);
-    # Z = 2 query tokens x 2 aligned tokens
-    assert score.item() == pytest.approx(3 * (2 * 0.9 + 1 * 0.5) / 4, abs=1e-6)
+    sines = (1 - torch.tensor([0.9, 0.5, 0.1, -0.3]) ** 2).sqrt()  # similarities of the second query token
+    # token 1 (u=3) aligns to doc tokens 0 (0.9, u=2) and 1 (0.5, u=1); token 2 (u=1) to doc tokens 2 and 3
+    numerator = 3 * (2 * 0.9 + 1 * 0.5) + 1 * (0.5 * sines[2] + 1.0 * sines[3])
+    normaliser = 3 * (2 + 1) + 1 * (0.5 + 1.0)  # Z = sum(A) = sum of u^q u^d over aligned pairs
+    assert score.item() == pytest.approx((numerator / normaliser).item(), abs=1e-6)
+    # only relative salience matters: scaling every weight leaves the score unchanged
+    rescaled = alignment_scores(query, 5 * query_weights, torch.ones(1, 2), doc, 7 * doc_weights, torch.ones(1, 4),
+                                Alignment(k=2))
+    assert rescaled.item() == pytest.approx(score.item(), abs=1e-6)
+    # a zero-salience query token does not count at all
+    only_first = alignment_scores(query, torch.tensor([[3.0, 0.0]]), torch.ones(1, 2), doc, doc_weights,
+                                  torch.ones(1, 4), Alignment(k=2))
+    assert only_first.item() == pytest.approx((2 * 0.9 + 0.5) / 3, abs=1e-6)
 
 
 def test_alignment_parse_and_validation():

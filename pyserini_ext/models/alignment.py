@@ -7,10 +7,11 @@ code exists, so these are our reading of the paper, written down in docs/aligner
 * Pairwise alignment A~: for every query token, its top-k document tokens by similarity (k = 1 is ColBERT's
   MaxSim) or top-p, i.e. max(floor(p * m), 1) tokens for a document of m (kept) tokens.
 * Unary salience u (one per token, query and document each) multiplies the alignment: A_ij = u^q_i u^d_j A~_ij.
-* score = sum(A * S) / Z with Z = sum(A~), the number of aligned pairs. Normalising by the *unweighted* count
-  keeps the salience magnitudes meaningful (with Z = sum(A) a single aligned document token would cancel its own
-  salience) and makes top-p scores comparable across document lengths. Without salience (u = 1) and k = 1 the
-  score is ColBERT's MaxSim divided by the number of query tokens.
+* score = sum(A * S) / Z with Z = sum(A): a salience-weighted mean of the aligned similarities. Because Z carries
+  the same weights, the score is invariant to the overall scale of u; salience can only say which tokens matter
+  relative to each other. (We first normalised by the unweighted count sum(A~): training then used the document
+  salience as a global inverse temperature, which grew 4x in 300 steps while the loss rose again.) Without
+  salience (u = 1) and k = 1 the score is ColBERT's MaxSim divided by the number of query tokens.
 """
 from __future__ import annotations
 
@@ -158,11 +159,12 @@ def alignment_scores(query_vectors: torch.Tensor, query_weights: torch.Tensor, q
     selected = torch.arange(top_k, device=per_doc_k.device)[None, :] < per_doc_k[:, None]  # [D, top_k]
     selected_doc_weight = doc_weights.to(top_similarity.dtype)[None, :, None, :].expand(
         top_index.shape[:-1] + (doc_weights.shape[-1],)).gather(-1, top_index)
-    token_scores = (top_similarity * selected_doc_weight * selected[None, :, None, :]).sum(-1)  # [Q, D, n]
-    weighted_query = (query_weights * query_mask).to(token_scores.dtype)
-    numerator = (token_scores * weighted_query[:, None, :]).sum(-1)
-    aligned_pairs = query_mask.sum(-1)[:, None] * per_doc_k[None, :]  # Z = sum(A~)
-    return numerator / aligned_pairs.to(numerator.dtype)
+    aligned_doc_weight = selected_doc_weight * selected[None, :, None, :]  # u^d_j A~_ij  [Q, D, n, top_k]
+    weighted_query = (query_weights * query_mask).to(top_similarity.dtype)[:, None, :]  # u^q_i  [Q, 1, n]
+    numerator = ((top_similarity * aligned_doc_weight).sum(-1) * weighted_query).sum(-1)
+    normaliser = (aligned_doc_weight.sum(-1) * weighted_query).sum(-1)  # Z = sum(A)
+    # Z = 0 only when every aligned token has zero salience: nothing is aligned, the score is 0
+    return numerator / normaliser.clamp(min=1e-9)
 
 
 def pool_vectors(vectors: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,114 @@
+"""AligneR searcher: token-level candidate generation, then exact sparse-alignment scoring.
+
+query -> token vectors, pruned to the top ceil(beta_q * n) tokens by query salience -> `neighbours` nearest
+document tokens per query token in the token-level Faiss index -> their documents are the candidates ->
+exact alignment score (top-k or top-p, salience weighted, see pyserini_ext.models.alignment) -> top hits.
+
+`search()` / `batch_search()` return `pyserini.search.faiss.DenseSearchResult`s, so Pyserini's
+`HybridSearcher(AlignerSearcher(...), LuceneSearcher(...))` fuses AligneR with BM25 unchanged.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from pyserini.search.faiss import DenseSearchResult
+
+from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError
+from pyserini_ext.models.aligner import QUERY, AlignerModel
+from pyserini_ext.models.alignment import MAXSIM, Alignment, alignment_scores
+
+
+class AlignerSearcher:
+    def __init__(self, index: str | os.PathLike | AlignerIndex, model: str | os.PathLike | AlignerModel,
+                 beta_q: float = 0.5, alignment: Alignment | str = MAXSIM, neighbours: int = 256,
+                 nprobe: int = 32, score_batch: int = 512, check_model: bool = True):
+        self.index = index if isinstance(index, AlignerIndex) else AlignerIndex.open(index, nprobe=nprobe)
+        self.model = model if isinstance(model, AlignerModel) else AlignerModel.load(model)
+        if check_model and self.model.fingerprint() != self.index.model_fingerprint:
+            built_with = self.index.metadata["model"].get("path") or "an unnamed model"
+            raise AlignerIndexError(
+                f"{self.index.folder} was built with {built_with} (fingerprint {self.index.model_fingerprint}), "
+                f"but the query model has fingerprint {self.model.fingerprint()}: queries and documents must be "
+                "encoded by the same AligneR model")
+        if not 0 < beta_q <= 1:
+            raise ValueError(f"beta_q must be in (0, 1], got {beta_q}")
+        if neighbours < 1:
+            raise ValueError(f"neighbours must be >= 1, got {neighbours}")
+        self.beta_q = beta_q
+        self.alignment = Alignment.parse(alignment) if isinstance(alignment, str) else alignment
+        self.neighbours = neighbours
+        self.score_batch = score_batch
+
+    # ---- steps --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_queries(self, queries: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query: (kept token vectors [n', dim], their salience weights [n'])."""
+        encoded = self.model.encode_batch(list(queries), QUERY)
+        weights, kept = encoded.weights(self.beta_q)
+        return [(encoded.vectors[i][kept[i]].cpu().numpy(), weights[i][kept[i]].cpu().numpy())
+                for i in range(len(queries))]
+
+    def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
+        """Indices of the documents owning any of the `neighbours` nearest tokens of any query token."""
+        n = min(self.neighbours, self.index.candidate_index.ntotal)
+        _, token_ids = self.index.candidate_index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), n)
+        token_ids = token_ids[token_ids >= 0]
+        return np.unique(self.index.doc_of_token[token_ids])
+
+    def score_documents(self, query_vectors: np.ndarray, query_weights: np.ndarray, doc_indices: np.ndarray,
+                        alignment: Alignment | None = None) -> np.ndarray:
+        """Exact alignment scores of one query against the given documents (batched over documents)."""
+        alignment = alignment or self.alignment
+        q = torch.from_numpy(query_vectors)[None]
+        qw = torch.from_numpy(query_weights)[None]
+        qm = torch.ones_like(qw, dtype=torch.bool)
+        scores = []
+        for start in range(0, len(doc_indices), self.score_batch):
+            vectors, weights, mask = self.index.document_tokens(doc_indices[start:start + self.score_batch])
+            scores.append(alignment_scores(q, qw, qm, torch.from_numpy(vectors), torch.from_numpy(weights),
+                                           torch.from_numpy(mask), alignment)[0].numpy())
+        return np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
+
+    def rank(self, query_vectors: np.ndarray, query_weights: np.ndarray, k: int,
+             alignment: Alignment | None = None, doc_indices: np.ndarray | None = None) -> list[DenseSearchResult]:
+        if doc_indices is None:
+            doc_indices = self.candidates(query_vectors)
+        scores = self.score_documents(query_vectors, query_weights, doc_indices, alignment)
+        # ties: the smaller docid first, the same order write_trec_run uses
+        order = sorted(range(len(doc_indices)), key=lambda i: (-scores[i], self.index.docids[doc_indices[i]]))[:k]
+        return [DenseSearchResult(self.index.docids[doc_indices[i]], float(scores[i])) for i in order]
+
+    # ---- Pyserini-shaped API ------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 10, alignment: Alignment | None = None) -> list[DenseSearchResult]:
+        (vectors, weights), = self.encode_queries([query])
+        return self.rank(vectors, weights, k, alignment)
+
+    def batch_search(self, queries: Sequence[str], q_ids: Sequence[str], k: int = 10, threads: int = 1,
+                     alignment: Alignment | None = None, query_batch: int = 64) -> dict[str, list[DenseSearchResult]]:
+        """qid -> hits; `threads` is accepted for Pyserini compatibility (torch's thread count applies)."""
+        if len(queries) != len(q_ids):
+            raise ValueError(f"{len(queries)} queries but {len(q_ids)} query ids")
+        results: dict[str, list[DenseSearchResult]] = {}
+        for start in range(0, len(queries), query_batch):
+            encoded = self.encode_queries(queries[start:start + query_batch])
+            for qid, (vectors, weights) in zip(q_ids[start:start + query_batch], encoded):
+                results[qid] = self.rank(vectors, weights, k, alignment)
+        return results
+
+    def brute_force(self, query: str, k: int = 10, alignment: Alignment | None = None) -> list[DenseSearchResult]:
+        """Exact alignment score of every document (no candidate generation): the reference for tests/evals."""
+        (vectors, weights), = self.encode_queries([query])
+        return self.rank(vectors, weights, k, alignment, doc_indices=np.arange(len(self.index)))
+
+
+def open_searcher(index: str | os.PathLike, model: str | os.PathLike | None = None, nprobe: int = 32,
+                  **kwargs) -> AlignerSearcher:
+    """Searcher whose model defaults to the model path recorded in the index metadata."""
+    opened = AlignerIndex.open(index, nprobe=nprobe)
+    model = model or opened.metadata["model"].get("path")
+    if not model:
+        raise AlignerIndexError(f"{index}: the index records no model path; pass the model folder")
+    return AlignerSearcher(opened, model, **kwargs)

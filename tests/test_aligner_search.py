@@ -1,0 +1,245 @@
+"""AligneR index + searcher on a real SciFact sample: exactness, compression, pruning, Pyserini interop, bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import faiss
+import numpy as np
+import pytest
+import torch
+
+from pyserini_ext.data import load_dataset, write_json_collection, write_trec_qrels
+from pyserini_ext.evaluation import trec_eval, write_trec_run
+from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, build_index, encode_corpus
+from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
+from pyserini_ext.models.alignment import Alignment, alignment_scores
+from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.search.adaptation import ALIGNMENT_OPTIONS, adapt_alignment, ndcg_at_10
+from pyserini_ext.search.aligner import AlignerSearcher
+from pyserini_ext.train.aligner import document_text
+
+N_QUERIES = 12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # OpenMP pools of 2 threads thrash on this shared 2-core machine (torch and Faiss alike)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+    faiss.omp_set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def sample():
+    """12 SciFact test queries, their judged documents and 180 other documents (real text)."""
+    dataset = load_dataset("scifact")
+    qrels = dataset.qrels("test")
+    queries = dict(list(dataset.split_queries("test").items())[:N_QUERIES])
+    judged = {d for q in queries for d in qrels[q]}
+    docids = sorted(judged) + [d for d in list(dataset.corpus)[:200] if d not in judged][:180]
+    corpus = {d: dataset.corpus[d] for d in docids}
+    return queries, {q: qrels[q] for q in queries}, corpus
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    torch.manual_seed(0)
+    model = AlignerModel.from_backbone(backbone_path("splade-tiny"), AlignerConfig(doc_max_length=128)).eval()
+    folder = tmp_path_factory.mktemp("model") / "aligner"
+    model.save(folder)
+    return AlignerModel.load(folder), folder
+
+
+@pytest.fixture(scope="module")
+def encoded(model, sample):
+    aligner, folder = model
+    return encode_corpus(aligner, sample[2], model_path=str(folder), progress=False)
+
+
+@pytest.fixture(scope="module")
+def exact_index(encoded, tmp_path_factory):
+    return build_index(encoded, tmp_path_factory.mktemp("idx") / "exact", progress=False)
+
+
+@pytest.fixture(scope="module")
+def compressed_index(encoded, tmp_path_factory):
+    return build_index(encoded, tmp_path_factory.mktemp("idx") / "compressed", codec="residual-pq",
+                       candidates="ivfpq", nlist=64, pq_m=32, progress=False)
+
+
+def _reference_scores(aligner: AlignerModel, query: str, corpus: dict, alignment: Alignment) -> dict[str, float]:
+    """Brute force, independent of the index: re-encode every document and score it against the query."""
+    docids = list(corpus)
+    docs = aligner.encode_texts([document_text(corpus[d]) for d in docids], DOCUMENT)
+    q_encoded = aligner.encode_batch([query], "query")
+    q_weights, q_kept = q_encoded.weights(0.5)
+    scores = {}
+    for docid, (vectors, salience) in zip(docids, docs):
+        s = alignment_scores(q_encoded.vectors[:, q_kept[0]], q_weights[:, q_kept[0]],
+                             torch.ones(1, int(q_kept.sum()), dtype=torch.bool), torch.from_numpy(vectors)[None],
+                             torch.relu(torch.from_numpy(salience))[None], torch.ones(1, len(salience)), alignment)
+        scores[docid] = s.item()
+    return scores
+
+
+@pytest.mark.parametrize("alignment", [Alignment(k=1), Alignment(k=4), Alignment(k=None, p=0.02)])
+def test_exact_search_equals_brute_force_over_every_document(model, sample, exact_index, alignment):
+    aligner, _ = model
+    queries = list(sample[0].values())[:4]
+    index = AlignerIndex.open(exact_index)
+    exhaustive = AlignerSearcher(index, aligner, alignment=alignment, neighbours=index.candidate_index.ntotal)
+    default = AlignerSearcher(index, aligner, alignment=alignment)
+    overlaps = []
+    for query in queries:
+        truth = exhaustive.brute_force(query, k=10)  # every document scored, no candidate generation
+        assert [(h.docid, h.score) for h in exhaustive.search(query, k=10)] == [(h.docid, h.score) for h in truth]
+        overlaps.append(len({h.docid for h in truth} & {h.docid for h in default.search(query, k=10)}) / 10)
+    # default candidate generation (256 neighbours per query token), untrained model: measured 0.95-1.0
+    assert np.mean(overlaps) >= 0.85
+
+
+def test_stored_scores_match_a_float32_reference(model, sample, exact_index):
+    """The index (float16 vectors and weights) against re-encoding every document in float32."""
+    aligner, _ = model
+    queries, _, corpus = sample
+    searcher = AlignerSearcher(exact_index, aligner)
+    query = next(iter(queries.values()))
+    reference = _reference_scores(aligner, query, corpus, Alignment(k=1))
+    stored = {h.docid: h.score for h in searcher.brute_force(query, k=len(corpus))}
+    differences = np.abs([stored[d] - reference[d] for d in corpus])
+    # float16 rounding; a near-tie between two tokens of different salience can flip MaxSim's choice (rare)
+    assert np.median(differences) < 1e-3 and np.mean(differences < 5e-3) > 0.97
+
+
+def test_compressed_index_loses_little_recall(model, sample, exact_index, compressed_index):
+    aligner, _ = model
+    queries = list(sample[0].values())
+    exact = AlignerSearcher(exact_index, aligner)
+    compressed = AlignerSearcher(compressed_index, aligner, nprobe=16)
+    overlaps = []
+    for query in queries:
+        truth = {h.docid for h in exact.search(query, k=10)}
+        overlaps.append(len(truth & {h.docid for h in compressed.search(query, k=10)}) / 10)
+    # measured 0.93 on this sample (PQ32 residual codes, 34 bytes/token); bound leaves room for platform noise
+    assert np.mean(overlaps) >= 0.8
+    meta_exact = AlignerIndex.open(exact_index).metadata
+    meta_compressed = AlignerIndex.open(compressed_index).metadata
+    assert meta_compressed["bytes"]["codes.npy"] / meta_compressed["counts"]["tokens"] < 40
+    assert meta_exact["bytes"]["vectors.npy"] / meta_exact["counts"]["tokens"] >= 256
+
+
+def test_pruning_keeps_top_salience_tokens(model, encoded, tmp_path):
+    folder = build_index(encoded, tmp_path / "pruned", beta_d=0.4, progress=False)
+    index = AlignerIndex.open(folder)
+    full_lengths = np.diff(encoded.offsets)
+    assert np.diff(index.offsets).tolist() == np.maximum(1, np.ceil(full_lengths * 0.4 - 1e-9)).astype(int).tolist()
+    first = slice(encoded.offsets[0], encoded.offsets[1])
+    kept_scores = np.sort(np.maximum(encoded.salience_scores[first], 0))[::-1][:np.diff(index.offsets)[0]]
+    assert np.allclose(np.sort(np.asarray(index.weights[:index.offsets[1]], dtype=np.float32))[::-1], kept_scores,
+                       atol=1e-2)
+    assert index.metadata["counts"]["tokens"] < 0.45 * index.metadata["counts"]["tokens_before_pruning"]
+
+
+def test_hybrid_searcher_and_pyserini_encoders(model, sample, exact_index, tmp_path):
+    import subprocess
+    import sys
+
+    from pyserini.encode import document_encoder_class_map, query_encoder_class_map
+    from pyserini.search.hybrid import HybridSearcher
+    from pyserini.search.lucene import LuceneSearcher
+    aligner, folder = model
+    queries, _, corpus = sample
+    collection = write_json_collection(corpus, tmp_path / "collection").parent
+    subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input",
+                    str(collection), "--index", str(tmp_path / "lucene"), "--generator",
+                    "DefaultLuceneDocumentGenerator", "--threads", "1"], check=True, capture_output=True)
+    hybrid = HybridSearcher(AlignerSearcher(exact_index, aligner), LuceneSearcher(str(tmp_path / "lucene")))
+    qids = list(queries)[:3]
+    fused = hybrid.batch_search([queries[q] for q in qids], qids, k0=20, k=10)
+    assert all(len(fused[q]) == 10 and all(h.docid in corpus for h in fused[q]) for q in qids)
+
+    documents = document_encoder_class_map["aligner"](model_name=str(folder), device="cuda:0")  # falls back to CPU
+    pooled = documents.encode(texts=["a cell", "gene therapy"], titles=["", "x"], max_length=64)
+    assert pooled.shape == (2, 128) and np.allclose(np.linalg.norm(pooled, axis=1), 1, atol=1e-5)
+    query_vector = query_encoder_class_map["aligner"](encoder_dir=str(folder), device="cpu").encode("gene therapy")
+    assert query_vector.shape == (128,)
+
+
+def test_adaptation_picks_the_best_option_on_labelled_queries(model, sample, exact_index, tmp_path):
+    aligner, _ = model
+    queries, qrels, _ = sample
+    labelled = dict(list(queries.items())[:4])
+    searcher = AlignerSearcher(exact_index, aligner)
+    result = adapt_alignment(searcher, labelled, qrels)
+    assert set(result.labelled_ndcg) == {str(o) for o in ALIGNMENT_OPTIONS}
+    assert result.labelled_ndcg[str(result.chosen)] == max(result.labelled_ndcg.values())
+    # our nDCG@10 agrees with Pyserini's trec_eval on the chosen run
+    hits = searcher.batch_search(list(labelled.values()), list(labelled), k=10, alignment=result.chosen)
+    run = write_trec_run({q: [(h.docid, h.score) for h in hs] for q, hs in hits.items()}, tmp_path / "run.txt")
+    official = trec_eval(write_trec_qrels(qrels, tmp_path / "qrels.txt"), run, metrics=("ndcg_cut_10",))
+    assert official["ndcg_cut_10"] == pytest.approx(result.labelled_ndcg[str(result.chosen)], abs=1e-4)
+    assert ndcg_at_10(["a", "b"], {"b": 1}) == pytest.approx(1 / np.log2(3))
+    with pytest.raises(ValueError, match="at most 8"):
+        adapt_alignment(searcher, {str(i): "q" for i in range(9)}, qrels)
+
+
+# ---- bad input ------------------------------------------------------------------------------------------------
+def test_index_built_with_another_model_is_refused(exact_index):
+    torch.manual_seed(123)
+    other = AlignerModel.from_backbone(backbone_path("splade-tiny"))
+    with pytest.raises(AlignerIndexError, match="same AligneR model"):
+        AlignerSearcher(exact_index, other)
+
+
+def test_empty_query_and_empty_documents(model, exact_index, tmp_path):
+    aligner, folder = model
+    with pytest.raises(ValueError, match="empty query"):
+        AlignerSearcher(exact_index, aligner).search("  ")
+    encoded = encode_corpus(aligner, {"a": {"title": "", "text": "  "}, "b": {"title": "Cells", "text": "grow"}},
+                            progress=False)
+    assert encoded.docids == ["b"] and encoded.skipped_empty == ["a"]
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "one", progress=False))
+    assert index.docids == ["b"] and index.metadata["counts"]["skipped_empty"] == 1
+    with pytest.raises(ValueError, match="every document is empty"):
+        encode_corpus(aligner, {"a": {"title": "", "text": ""}}, progress=False)
+
+
+def test_long_documents_are_truncated_and_counted(model, tmp_path):
+    aligner, _ = model
+    encoded = encode_corpus(aligner, {"long": {"title": "", "text": "protein " * 3000}}, progress=False)
+    assert encoded.offsets.tolist() == [0, 128] and encoded.truncated == 1
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: (f / "metadata.json").unlink(), "no metadata.json"),
+    (lambda f: (f / "metadata.json").write_text("{not json"), "corrupt metadata"),
+    (lambda f: (f / "offsets.npy").unlink(), "missing offsets.npy"),
+    (lambda f: (f / "vectors.npy").write_bytes((f / "vectors.npy").read_bytes()[:1000]), "vectors.npy"),
+    (lambda f: (f / "docids.txt").write_text("only-one\n"), "docids"),
+    (lambda f: (f / "codes.npy").unlink(), "missing codes.npy"),
+    (lambda f: (f / "candidates.faiss").write_bytes(b"garbage"), "corrupt Faiss index"),
+])
+def test_corrupt_or_missing_index_files(exact_index, compressed_index, tmp_path, damage, message):
+    source = compressed_index if message in ("missing codes.npy", "corrupt Faiss index") else exact_index
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    damage(copy)
+    with pytest.raises(AlignerIndexError, match=message):
+        AlignerIndex.open(copy)
+
+
+def test_failed_build_leaves_nothing_that_opens(encoded, tmp_path):
+    target = tmp_path / "broken"
+    with pytest.raises(RuntimeError):  # Faiss refuses to train 10**6 lists on a few thousand tokens
+        build_index(encoded, target, candidates="ivfpq", nlist=10**6, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(AlignerIndexError, match="no such"):
+        AlignerIndex.open(target)
+    build_index(encoded, target, progress=False)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        build_index(encoded, target, progress=False)
+    assert json.loads((target / "metadata.json").read_text())["beta_d"] == 1.0
