@@ -30,6 +30,10 @@ ENCODERS: dict[str, EncoderEntry] = {
         "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
         "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
     ),
+    "aggretriever-onnx": EncoderEntry(
+        "pyserini_ext.encode.aggretriever_onnx:AggretrieverOnnxDocumentEncoder",
+        "pyserini_ext.encode.aggretriever_onnx:AggretrieverOnnxQueryEncoder",
+    ),
     "deepct": EncoderEntry(None, "pyserini_ext.encode.deepct:DeepCTQueryEncoder"),
     "aligner": EncoderEntry(
         "pyserini_ext.encode.aligner:AlignerDocumentEncoder",

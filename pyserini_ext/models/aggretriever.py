@@ -70,14 +70,18 @@ def aggregate(lexical: Tensor, agg_dim: int = 640, full: bool = True) -> Tensor:
 
 
 class MaskedLMHead:
-    """Splits a masked-LM model into its transformer body and its vocabulary head (BERT, DistilBERT)."""
+    """Splits a masked-LM model into its transformer body and its vocabulary head (BERT, DistilBERT).
+
+    The head is `decode(transform(h))`: a per-position transform, then the projection onto the vocabulary.
+    """
 
     def __init__(self, mlm: nn.Module):
         self.mlm = mlm
         if hasattr(mlm, "cls") and hasattr(mlm.cls, "predictions"):  # BERT family
-            self.head = mlm.cls
+            self.transform, self.decode = mlm.cls.predictions.transform, mlm.cls.predictions.decoder
         elif hasattr(mlm, "vocab_projector"):  # DistilBERT
-            self.head = lambda h: mlm.vocab_projector(mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(h))))
+            self.transform = lambda h: mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(h)))
+            self.decode = mlm.vocab_projector
         else:
             raise CheckpointError(f"unsupported masked-LM backbone {type(mlm).__name__}: Aggretriever supports "
                                   "BERT-family (BertForMaskedLM) and DistilBertForMaskedLM")
@@ -86,7 +90,7 @@ class MaskedLMHead:
         return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return self.head(hidden)
+        return self.decode(self.transform(hidden))
 
 
 class Aggretriever(nn.Module):

@@ -1,0 +1,47 @@
+"""The ONNX Runtime backend gives the torch encoder's vectors (BERT and DistilBERT, agg* and agg+)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
+
+from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
+from pyserini_ext.encode.aggretriever_onnx import AggretrieverOnnxDocumentEncoder, AggretrieverOnnxQueryEncoder
+from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm
+
+TEXTS = ["Microglia are the resident immune cells of the brain.", "", "short text",
+         "Ünïcödé 🙂 漢字 " + "long " * 300]
+
+
+@pytest.fixture(scope="module", params=[("bert", "agg*"), ("distilbert", "agg+")], ids=lambda p: "-".join(p))
+def model_dir(request, tmp_path_factory, splade_tiny_dir):
+    kind, pooling = request.param
+    torch.manual_seed(7)
+    if kind == "bert":
+        mlm = BertForMaskedLM(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=64))
+    else:
+        mlm = DistilBertForMaskedLM(DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64))
+    folder = tmp_path_factory.mktemp(kind)
+    mlm.save_pretrained(folder / "mlm")
+    model = from_masked_lm(folder / "mlm", AggretrieverConfig(pooling=pooling))
+    torch.nn.init.normal_(model.tok_proj.weight, std=0.5)
+    torch.nn.init.normal_(model.cls_proj.weight, std=0.5)
+    return model.save_pretrained(folder / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
+
+
+def test_documents_match_torch(model_dir, tmp_path):
+    expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
+    onnx = AggretrieverOnnxDocumentEncoder(str(model_dir), onnx_dir=str(tmp_path / "onnx"))
+    onnx._encoder.position_chunk = 5  # several lexical calls per sequence
+    got = onnx.encode(TEXTS, max_length=128)
+    assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["body.onnx", "lexical.onnx"]
+
+
+def test_queries_match_torch(model_dir, tmp_path):
+    torch_encoder = AggretrieverQueryEncoder(encoder_dir=str(model_dir), device="cpu")
+    onnx_encoder = AggretrieverOnnxQueryEncoder(encoder_dir=str(model_dir), onnx_dir=str(tmp_path / "onnx"))
+    for query in ("what are microglia", "x", "a b c " * 40):
+        assert np.abs(onnx_encoder.encode(query) - torch_encoder.encode(query)).max() <= 1e-5
