@@ -35,8 +35,9 @@ def scifact_subset(scifact, tmp_path_factory):
 @pytest.fixture(scope="module")
 def pipeline(scifact_subset, tmp_path_factory):
     root, _, _ = scifact_subset
+    # `make demo` encodes the corpus with aggretriever-onnx; this covers the torch encoder through the CLI
     return run_pipeline(str(root), "test", tmp_path_factory.mktemp("demo"), model=None, max_length=128,
-                        batch_size=32, threads=2)
+                        batch_size=32, threads=2, document_encoder_class="aggretriever")
 
 
 def test_demo_model_beats_random_ranking_by_far(pipeline, scifact_subset, tmp_path):
