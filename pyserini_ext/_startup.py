@@ -5,7 +5,8 @@ It must stay cheap: standard library only, no torch/Pyserini/JVM import. It
   2. sets a placeholder OPENAI_API_KEY, because `pyserini.encode` builds an OpenAI client at import time
      and openai 3.x raises without a key (no request is ever sent with it),
   3. installs post-import hooks: when Pyserini's own modules load, the JVM options are fixed
-     (`pyserini.setup`) and our encoder names are registered (`pyserini.encode`, see registry.py).
+     (`pyserini.setup`) and our encoder names are registered (`pyserini.encode` and Pyserini's impact searcher,
+     see registry.py).
 Set PYSERINI_EXT_DISABLE=1 to switch all of it off.
 """
 from __future__ import annotations
@@ -30,10 +31,17 @@ def _register_encoders(module) -> None:
     registry.register_with_pyserini(module)
 
 
+def _register_impact_encoders(module) -> None:
+    from pyserini_ext import registry
+
+    registry.register_impact_encoders(module)
+
+
 # module name -> what to run right after that module has executed
 POST_IMPORT_HOOKS = {
     "pyserini.setup": _patch_setup,
     "pyserini.encode": _register_encoders,
+    "pyserini.search.lucene._impact_searcher": _register_impact_encoders,
 }
 
 

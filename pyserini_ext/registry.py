@@ -9,6 +9,9 @@ Pyserini 1.6 has no plugin mechanism: encoder classes live in two plain dicts in
   * extends any `--encoder-class` option that has `choices` with our names,
   * remembers an explicit `--max-length` given to those commands, because Pyserini's faiss/hybrid searchers
     never pass it to query encoders (`cli_max_length`).
+`register_impact_encoders` runs after `pyserini.search.lucene._impact_searcher` is imported: Pyserini resolves
+`--impact --encoder X` by substrings of X and ignores the class maps, so a DeepCT model folder (one holding
+`deepct_config.json`) is resolved to our `deepct` query encoder there.
 Pyserini's files are never edited.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import importlib
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,25 @@ def _patch_argparse() -> None:
     parser = argparse.ArgumentParser
     if not getattr(parser.parse_known_args, "_pyserini_ext", False):
         parser.parse_known_args = _remember_max_length(parser.parse_known_args)
+
+
+DEEPCT_MODEL_MARKER = "deepct_config.json"
+
+
+def register_impact_encoders(impact_module) -> None:
+    """Let `python -m pyserini.search.lucene --impact --encoder <DeepCT model folder>` use our encoder."""
+    searcher = impact_module.LuceneImpactSearcher
+    original = searcher._init_query_encoder_from_str
+    if getattr(original, "_pyserini_ext", False):
+        return
+
+    def init_query_encoder_from_str(query_encoder):
+        if isinstance(query_encoder, str) and (Path(query_encoder) / DEEPCT_MODEL_MARKER).is_file():
+            return encoder_class("deepct", "query")(query_encoder)
+        return original(query_encoder)
+
+    init_query_encoder_from_str._pyserini_ext = True
+    searcher._init_query_encoder_from_str = staticmethod(init_query_encoder_from_str)
 
 
 def register_with_pyserini(encode_module=None) -> None:
