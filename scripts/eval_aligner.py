@@ -62,7 +62,7 @@ def plot_curve(rows: list[dict], title: str, path: Path) -> None:
     ax.plot(betas, [r["recall_100"] for r in exact], "s-", label="R@100")
     for r, beta in zip(exact, betas):
         ax.annotate(f"{r['ms_per_query']:.0f} ms\n{r['tokens'] / 1e6:.2f}M tok", (beta, r["ndcg_cut_10"]),
-                    textcoords="offset points", xytext=(0, -28), ha="center", fontsize=7)
+                    textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
     ax.set_xlabel("document tokens kept, beta_d (%)")
     ax.set_xscale("log")
     ax.set_xticks(betas, [f"{b:g}" for b in betas])
