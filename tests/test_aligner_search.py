@@ -244,3 +244,13 @@ def test_failed_build_leaves_nothing_that_opens(encoded, tmp_path):
     with pytest.raises(FileExistsError, match="overwrite"):
         build_index(encoded, target, progress=False)
     assert json.loads((target / "metadata.json").read_text())["beta_d"] == 1.0
+
+
+def test_hnsw_candidates_match_exact_search(model, sample, encoded, exact_index, tmp_path):
+    aligner, _ = model
+    exact = AlignerSearcher(exact_index, aligner)
+    hnsw = AlignerSearcher(build_index(encoded, tmp_path / "hnsw", candidates="hnsw", hnsw_m=16, progress=False),
+                           aligner)
+    overlaps = [len({h.docid for h in exact.search(q, k=10)} & {h.docid for h in hnsw.search(q, k=10)}) / 10
+                for q in sample[0].values()]
+    assert np.mean(overlaps) >= 0.95  # measured 1.0 (HNSW16, efSearch 256, 256 neighbours per query token)
