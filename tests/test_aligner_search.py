@@ -98,7 +98,7 @@ def test_exact_search_equals_brute_force_over_every_document(model, sample, exac
         truth = exhaustive.brute_force(query, k=10)  # every document scored, no candidate generation
         assert [(h.docid, h.score) for h in exhaustive.search(query, k=10)] == [(h.docid, h.score) for h in truth]
         overlaps.append(len({h.docid for h in truth} & {h.docid for h in default.search(query, k=10)}) / 10)
-    # default candidate generation (256 neighbours per query token), untrained model: measured 0.95-1.0
+    # default candidate generation (256 neighbours per query token), untrained model: measured 1.0
     assert np.mean(overlaps) >= 0.85
 
 
@@ -124,8 +124,9 @@ def test_compressed_index_loses_little_recall(model, sample, exact_index, compre
     for query in queries:
         truth = {h.docid for h in exact.search(query, k=10)}
         overlaps.append(len(truth & {h.docid for h in compressed.search(query, k=10)}) / 10)
-    # measured 0.93 on this sample (PQ32 residual codes, 34 bytes/token); bound leaves room for platform noise
-    assert np.mean(overlaps) >= 0.8
+    # measured 0.83 with this untrained model (PQ32 residual codes, 34 bytes/token; 0.845 for a trained one in
+    # test_aligner_e2e); the bound leaves a little room for platform differences in Faiss k-means
+    assert np.mean(overlaps) >= 0.75
     meta_exact = AlignerIndex.open(exact_index).metadata
     meta_compressed = AlignerIndex.open(compressed_index).metadata
     assert meta_compressed["bytes"]["codes.npy"] / meta_compressed["counts"]["tokens"] < 40
