@@ -11,13 +11,12 @@ import torch
 
 from pyserini_ext.data import load_dataset, write_json_collection, write_trec_qrels
 from pyserini_ext.evaluation import trec_eval, write_trec_run
-from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, build_index, encode_corpus
-from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
+from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, EncodedCorpus, build_index, encode_corpus
+from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel, document_text
 from pyserini_ext.models.alignment import Alignment, alignment_scores
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.search.adaptation import ALIGNMENT_OPTIONS, adapt_alignment, ndcg_at_10
 from pyserini_ext.search.aligner import AlignerSearcher
-from pyserini_ext.train.aligner import document_text
 
 N_QUERIES = 12
 
@@ -255,3 +254,13 @@ def test_hnsw_candidates_match_exact_search(model, sample, encoded, exact_index,
     overlaps = [len({h.docid for h in exact.search(q, k=10)} & {h.docid for h in hnsw.search(q, k=10)}) / 10
                 for q in sample[0].values()]
     assert np.mean(overlaps) >= 0.95  # measured 1.0 (HNSW16, efSearch 256, 256 neighbours per query token)
+
+
+def test_encoding_cache_round_trip_and_bad_cache(encoded, tmp_path):
+    path = encoded.save(tmp_path / "encoded.npz")
+    loaded = EncodedCorpus.load(path)
+    assert loaded.docids == encoded.docids and loaded.model_info == encoded.model_info
+    assert (loaded.vectors == encoded.vectors).all() and (loaded.offsets == encoded.offsets).all()
+    (tmp_path / "bad.npz").write_bytes(b"not an npz")
+    with pytest.raises(AlignerIndexError, match="delete it to re-encode"):
+        EncodedCorpus.load(tmp_path / "bad.npz")

@@ -32,7 +32,7 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from pyserini_ext.models.aligner import DOCUMENT, AlignerModel
+from pyserini_ext.models.aligner import DOCUMENT, AlignerModel, document_text
 
 INDEX_FORMAT = "pyserini-ext-aligner-index/1"
 METADATA_FILE = "metadata.json"
@@ -60,7 +60,7 @@ class EncodedCorpus:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp.npz")
         np.savez(tmp, offsets=self.offsets, vectors=self.vectors, salience_scores=self.salience_scores,
-                 docids=np.array(self.docids, dtype=object),
+                 docids=np.array(self.docids, dtype=str),
                  info=np.array(json.dumps({"model": self.model_info, "truncated": self.truncated,
                                            "skipped_empty": self.skipped_empty})))
         os.replace(tmp, path)
@@ -68,17 +68,20 @@ class EncodedCorpus:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EncodedCorpus:
-        with np.load(path, allow_pickle=True) as data:
-            info = json.loads(str(data["info"]))
-            return cls(list(data["docids"]), data["offsets"], data["vectors"], data["salience_scores"],
-                       info["model"], info["truncated"], info["skipped_empty"])
+        try:
+            with np.load(path) as data:  # docids are a unicode array: no pickle
+                info = json.loads(str(data["info"]))
+                return cls([str(d) for d in data["docids"]], data["offsets"], data["vectors"],
+                           data["salience_scores"], info["model"], info["truncated"], info["skipped_empty"])
+        except (ValueError, KeyError, OSError) as e:
+            raise AlignerIndexError(f"{path}: not a readable AligneR encoding cache ({e}); delete it to re-encode"
+                                    ) from None
 
 
 def encode_corpus(model: AlignerModel, corpus: Mapping[str, Mapping[str, str]], batch_size: int = 32,
                   max_length: int | None = None, fp16: bool = False, model_path: str = "",
                   progress: bool = True) -> EncodedCorpus:
     """Encode every document (title + text). Empty documents are skipped and listed; long ones are truncated."""
-    from pyserini_ext.train.aligner import document_text
     max_length = max_length or model.config.doc_max_length
     docids, texts, skipped = [], [], []
     for docid, doc in corpus.items():

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from pyserini_ext.data import write_json_collection
-from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel
+from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel, document_text
 from pyserini_ext.models.alignment import MAXSIM, alignment_scores
 from pyserini_ext.train.loop import TrainConfig, save_training_log, train
 
@@ -35,12 +35,6 @@ NEGATIVE_SOURCES = ("bm25", "random")
 class AlignerLossConfig:
     temperature: float = 0.05
     batch_size: int = 16
-
-
-def document_text(doc: Mapping[str, str]) -> str:
-    """How every AligneR path turns a corpus record into text: title and body joined by a space."""
-    title, text = (doc.get("title") or "").strip(), (doc.get("text") or "").strip()
-    return f"{title} {text}".strip()
 
 
 def bm25_negatives(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], depth: int = 30,
