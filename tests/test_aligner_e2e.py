@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import faiss
 import numpy as np
 import pytest
 import torch
@@ -23,14 +22,7 @@ from pyserini_ext.train.loop import TrainConfig
 N_QUERIES, N_OTHER_DOCS, TRAIN_STEPS = 60, 500, 40
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-    faiss.omp_set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

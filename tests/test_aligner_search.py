@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import shutil
 
-import faiss
 import numpy as np
 import pytest
 import torch
@@ -21,15 +20,7 @@ from pyserini_ext.search.aligner import AlignerSearcher
 N_QUERIES = 12
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # OpenMP pools of 2 threads thrash on this shared 2-core machine (torch and Faiss alike)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-    faiss.omp_set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
