@@ -116,19 +116,21 @@ class Aggretriever(nn.Module):
         batch, length = input_ids.shape
         weights = self.tok_proj(hidden[:, 1:]).squeeze(-1)  # [B, L-1]
         mask = attention_mask[:, 1:].bool()
-        # Padded positions contribute exact zeros to the reference max (it multiplies by the mask): start the
-        # running max at 0 for sequences with padding, at -inf for those without.
-        has_padding = ~mask.all(dim=1)
-        lexical = torch.full((batch, self.vocab_size), float("-inf"), dtype=hidden.dtype, device=hidden.device)
-        lexical[has_padding] = 0
         if self.config.pooling == "no-mlm":
             ids = input_ids[:, 1:]
             src = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
-            lexical = torch.zeros_like(lexical).scatter_reduce(1, ids, src, reduce="amax", include_self=True)
-            return lexical
-        rows = mask.nonzero(as_tuple=False)  # [N, 2] (sequence, position), grouped by sequence
+            return hidden.new_zeros((batch, self.vocab_size)).scatter_reduce(1, ids, src, reduce="amax",
+                                                                             include_self=True)
+        # Padded positions contribute exact zeros to the reference max (it multiplies by the mask): start the
+        # running max at 0 for sequences with padding, at -inf for those without.
+        has_padding = ~mask.all(dim=1)
         flat_hidden = hidden[:, 1:][mask]
         flat_weights = weights[mask]
+        if weights.requires_grad:
+            return self._differentiable_lexical(flat_hidden, flat_weights, mask, has_padding)
+        lexical = torch.full((batch, self.vocab_size), float("-inf"), dtype=hidden.dtype, device=hidden.device)
+        lexical[has_padding] = 0
+        rows = mask.nonzero(as_tuple=False)  # [N, 2] (sequence, position), grouped by sequence
         for start in range(0, rows.shape[0], self.position_chunk):
             end = min(start + self.position_chunk, rows.shape[0])
             probs = torch.softmax(self._mlm.logits(flat_hidden[start:end]), dim=-1)
@@ -139,6 +141,23 @@ class Aggretriever(nn.Module):
                 lexical[seq] = torch.maximum(lexical[seq], probs[offset:offset + count].amax(0))
                 offset += count
         return lexical
+
+    def _differentiable_lexical(self, flat_hidden: Tensor, flat_weights: Tensor, mask: Tensor,
+                                has_padding: Tensor) -> Tensor:
+        """The same v for training: no in-place writes, which autograd cannot go back through.
+
+        Keeps every position's [vocab] row for the backward pass anyway, so there is nothing to gain from chunks.
+        """
+        probs = torch.softmax(self._mlm.logits(flat_hidden), dim=-1) * flat_weights[:, None]
+        zero = probs.new_zeros(())
+        rows = []
+        for seq_probs, padded in zip(probs.split(mask.sum(1).tolist()), has_padding.tolist()):
+            if seq_probs.shape[0] == 0:  # only [CLS] and padding: the reference's max over zeros
+                rows.append(probs.new_zeros(self.vocab_size))
+                continue
+            pooled = seq_probs.amax(0)
+            rows.append(torch.maximum(pooled, zero) if padded else pooled)
+        return torch.stack(rows)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         if input_ids.shape[1] < 2:

@@ -1,0 +1,169 @@
+"""Aggretriever training: contrastive NLL on the concatenated vector, plus the same loss on each of its parts.
+
+As in the released training code (castorini/dhr, see ../shared/design/reference-notes.md): a batch of B queries
+is scored by inner product against its B positives (each query's own positive is the label, the others are
+in-batch negatives) and, optionally, one hard negative per query. The loss is
+  NLL(concat) + 0.5 * NLL(agg part) + 0.5 * NLL([CLS] part),
+the parts split at `cls_dim` (the model puts the [CLS] projection first). Queries are cut at 32 tokens,
+passages at 128, as in the paper's training.
+
+Tevatron-style sampling: one example per training query and epoch, its positive drawn from its judged relevant
+passages, so a query never meets another positive of its own as an in-batch negative. Hard negatives are
+"random other documents" (uniform over the corpus minus the query's judged documents, no BM25 index needed),
+redrawn every epoch from the seed.
+"""
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from transformers import AutoTokenizer
+
+from pyserini_ext.data import BeirDataset, load_dataset
+from pyserini_ext.encode._torch import join_titles
+from pyserini_ext.models.aggretriever import (
+    AGG_CONFIG_NAME,
+    Aggretriever,
+    AggretrieverConfig,
+    from_masked_lm,
+    resolve_model_folder,
+)
+from pyserini_ext.models.backbones import BACKBONES, backbone_path
+from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
+
+QUERY_MAX_LENGTH = 32
+PASSAGE_MAX_LENGTH = 128
+PART_WEIGHT = 0.5  # weight of the agg-only and of the [CLS]-only loss, as in the released training code
+
+
+@dataclass
+class TrainingQuery:
+    qid: str
+    text: str
+    positives: list[str]  # judged relevant docids in the corpus, sorted
+    judged: frozenset[str]  # every judged docid of the query (relevant or not): never drawn as a negative
+
+
+def passage_text(doc: Mapping[str, str]) -> str:
+    """Title and text joined as Pyserini's encoder joins its `title` and `text` fields."""
+    return join_titles([doc.get("text")], [doc.get("title")])[0]
+
+
+def training_queries(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
+                     qrels: Mapping[str, Mapping[str, int]]) -> list[TrainingQuery]:
+    """Queries with text and at least one judged relevant passage in the corpus, sorted by qid."""
+    examples = []
+    for qid in sorted(qrels):
+        text = queries.get(qid, "").strip()
+        positives = sorted(d for d, rel in qrels[qid].items() if rel > 0 and d in corpus)
+        if text and positives:
+            examples.append(TrainingQuery(qid, text, positives, frozenset(qrels[qid])))
+    if not examples:
+        raise ValueError("zero training pairs: no query with text has a judged relevant document in the corpus")
+    return examples
+
+
+def random_negative(rng: random.Random, docids: list[str], judged: frozenset[str]) -> str:
+    """A uniformly drawn document that is not judged for the query."""
+    if len(judged) >= len(docids) and judged.issuperset(docids):
+        raise ValueError("no random negative: every corpus document is judged for the query")
+    while True:
+        docid = rng.choice(docids)
+        if docid not in judged:
+            return docid
+
+
+def nll(query_vectors: Tensor, passage_vectors: Tensor) -> Tensor:
+    """Cross-entropy of query i's positive, passage i, among all passages (inner-product scores)."""
+    scores = query_vectors @ passage_vectors.T
+    return torch.nn.functional.cross_entropy(scores, torch.arange(len(query_vectors), device=scores.device))
+
+
+def aggretriever_loss(query_vectors: Tensor, passage_vectors: Tensor, cls_dim: int) -> Tensor:
+    """NLL(concat) + 0.5 NLL(agg) + 0.5 NLL([CLS]); passages [0, B) are the positives, the rest negatives.
+
+    Without a [CLS] part (cls_dim = 0) the agg part is the whole vector and only the concat loss remains.
+    """
+    if passage_vectors.shape[0] < query_vectors.shape[0]:
+        raise ValueError(f"{query_vectors.shape[0]} queries need at least as many passages (their positives), "
+                         f"got {passage_vectors.shape[0]}")
+    loss = nll(query_vectors, passage_vectors)
+    if cls_dim == 0:
+        return loss
+    agg_loss = nll(query_vectors[:, cls_dim:], passage_vectors[:, cls_dim:])
+    cls_loss = nll(query_vectors[:, :cls_dim], passage_vectors[:, :cls_dim])
+    return loss + PART_WEIGHT * agg_loss + PART_WEIGHT * cls_loss
+
+
+def load_trainable_model(backbone_or_model_dir: str | os.PathLike,
+                         model_config: AggretrieverConfig | None = None) -> tuple[Aggretriever, Path]:
+    """An Aggretriever folder (has aggretriever_config.json) goes on training; a masked-LM backbone (folder,
+    hub name or packaged name) gets new heads. Returns the model and the folder its tokenizer is in."""
+    name = str(backbone_or_model_dir)
+    folder = backbone_path(name) if name in BACKBONES else resolve_model_folder(backbone_or_model_dir)
+    if (folder / AGG_CONFIG_NAME).is_file():
+        if model_config is not None:
+            raise ValueError(f"{folder} is already an Aggretriever (its config is in {AGG_CONFIG_NAME}); "
+                             "model_config applies only to a masked-LM backbone")
+        return Aggretriever.from_pretrained(folder), folder
+    return from_masked_lm(folder, model_config), folder
+
+
+def train_aggretriever(backbone_or_model_dir: str | os.PathLike, dataset: str | os.PathLike | BeirDataset,
+                       out_dir: str | os.PathLike, train_config: TrainConfig | None = None,
+                       model_config: AggretrieverConfig | None = None, split: str = "train", batch_size: int = 8,
+                       hard_negatives: bool = True, query_max_length: int = QUERY_MAX_LENGTH,
+                       passage_max_length: int = PASSAGE_MAX_LENGTH) -> tuple[Aggretriever, list[float]]:
+    """Train on a BEIR dataset's `split` qrels; saves a Pyserini-format folder and training_log.json in out_dir.
+
+    Deterministic for a given `train_config.seed`: new heads, sampling and negatives all come from it.
+    """
+    train_config = train_config or TrainConfig()
+    if batch_size < 2:
+        raise ValueError(f"contrastive training needs batch_size >= 2, got {batch_size}")
+    if min(query_max_length, passage_max_length) < 2:
+        raise ValueError("query and passage max lengths must be >= 2 ([CLS] plus one token)")
+    if not isinstance(dataset, BeirDataset):
+        dataset = load_dataset(dataset)
+    corpus = dataset.corpus
+    examples = training_queries(corpus, dataset.queries, dataset.qrels(split))
+    if len(examples) < 2:
+        raise ValueError(f"contrastive training needs at least 2 training queries, the {split} split has 1")
+    set_seed(train_config.seed)  # new heads are initialised at load time
+    model, folder = load_trainable_model(backbone_or_model_dir, model_config)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    docids = sorted(corpus)
+    steps_per_epoch = max(1, len(examples) // batch_size)
+
+    def tokenize(texts: list[str], max_length: int) -> dict[str, Tensor]:
+        inputs = tokenizer(texts, max_length=max_length, truncation=True, padding="longest", return_tensors="pt")
+        return {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+
+    def make_batches(epoch: int) -> Iterator[tuple[dict[str, Tensor], dict[str, Tensor]]]:
+        rng = random.Random(train_config.seed + epoch)
+        order = examples[:]
+        rng.shuffle(order)
+        for start in range(0, steps_per_epoch * batch_size, batch_size):
+            chunk = order[start:start + batch_size]
+            passages = [rng.choice(example.positives) for example in chunk]
+            if hard_negatives:
+                passages += [random_negative(rng, docids, example.judged) for example in chunk]
+            yield (tokenize([example.text for example in chunk], query_max_length),
+                   tokenize([passage_text(corpus[docid]) for docid in passages], passage_max_length))
+
+    def loss_fn(model: Aggretriever, batch: tuple[dict[str, Tensor], dict[str, Tensor]]) -> Tensor:
+        queries, passages = ({k: v.to(train_config.device) for k, v in side.items()} for side in batch)
+        return aggretriever_loss(model(**queries), model(**passages), model.config.cls_dim)
+
+    losses = train(model, make_batches, loss_fn, train_config, steps_per_epoch, desc="train aggretriever")
+    model.save_pretrained(out_dir, tokenizer)
+    save_training_log(out_dir, train_config, losses, base_model=str(backbone_or_model_dir), dataset=dataset.name,
+                      split=split, training_queries=len(examples), batch_size=batch_size,
+                      hard_negatives=hard_negatives, query_max_length=query_max_length,
+                      passage_max_length=passage_max_length)
+    return model, losses
