@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 import torch
@@ -73,31 +74,84 @@ def test_bad_training_data_gives_clear_errors(scifact, tmp_path):
         train_aggretriever("splade-tiny", scifact, tmp_path, split="dev")
 
 
+def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int) -> torch.Tensor:
+    inputs = tokenizer(texts, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(inputs["input_ids"], inputs["attention_mask"])
+
+
 def fixed_batch_loss(model: Aggretriever, tokenizer, scifact, count: int = 8) -> float:
     """The training loss on the first `count` training queries and their first positives (no negatives)."""
     examples = training_queries(scifact.corpus, scifact.queries, scifact.qrels("train"))[:count]
-    queries = tokenizer([e.text for e in examples], max_length=32, truncation=True, padding=True,
-                        return_tensors="pt")
-    passages = tokenizer([passage_text(scifact.corpus[e.positives[0]]) for e in examples], max_length=64,
-                         truncation=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        query_vectors = model(queries["input_ids"], queries["attention_mask"])
-        passage_vectors = model(passages["input_ids"], passages["attention_mask"])
+    query_vectors = encode(model, tokenizer, [e.text for e in examples], 32)
+    passage_vectors = encode(model, tokenizer, [passage_text(scifact.corpus[e.positives[0]]) for e in examples], 64)
     return aggretriever_loss(query_vectors, passage_vectors, model.config.cls_dim).item()
 
 
-def test_short_training_lowers_the_loss_and_saves(splade_tiny_dir, scifact, tmp_path):
-    config = TrainConfig(learning_rate=2e-4, max_steps=12, seed=42)
+def judged_vs_random_mrr(model: Aggretriever, tokenizer, scifact, queries: int = 30, negatives: int = 9) -> float:
+    """MRR of a judged relevant document among it and `negatives` random unjudged ones (SciFact test queries)."""
+    qrels = scifact.qrels("test")
+    docids = sorted(scifact.corpus)
+    qids = sorted(qrels)[:queries]
+    candidates = []
+    for qid in qids:
+        positive = next(d for d, rel in sorted(qrels[qid].items()) if rel > 0)
+        drawn = [d for d in random.Random(qid).sample(docids, negatives + 5) if d not in qrels[qid]]
+        candidates.append([positive] + drawn[:negatives])
+    query_vectors = encode(model, tokenizer, [scifact.queries[q] for q in qids], 32)
+    flat = [d for row in candidates for d in row]
+    doc_vectors = torch.cat([encode(model, tokenizer, [passage_text(scifact.corpus[d]) for d in flat[i:i + 50]], 64)
+                             for i in range(0, len(flat), 50)]).reshape(len(qids), negatives + 1, -1)
+    scores = torch.einsum("qd,qcd->qc", query_vectors, doc_vectors)
+    ranks = 1 + (scores[:, 1:] > scores[:, :1]).sum(1)
+    return (1.0 / ranks).mean().item()
+
+
+@pytest.fixture(scope="module")
+def trained(splade_tiny_dir, scifact, tmp_path_factory):
+    """30 steps of 8 queries on SciFact train (about 20 s here), and the untrained model they started from."""
+    config = TrainConfig(learning_rate=3e-4, max_steps=30, seed=42)
     torch.manual_seed(config.seed)  # the same new heads as train_aggretriever draws
     untrained = from_masked_lm(splade_tiny_dir)
-    model, losses = train_aggretriever("splade-tiny", scifact, tmp_path / "model", config, batch_size=4,
-                                       passage_max_length=64)
-    assert len(losses) == 12 and all(math.isfinite(x) for x in losses)
+    out = tmp_path_factory.mktemp("aggretriever-train") / "model"
+    model, losses = train_aggretriever("splade-tiny", scifact, out, config, batch_size=8, passage_max_length=64)
+    return untrained, model, losses, out
+
+
+def test_short_training_lowers_the_loss_and_saves(trained, splade_tiny_dir, scifact):
+    untrained, model, losses, out = trained
+    assert len(losses) == 30 and all(math.isfinite(x) for x in losses)
     tokenizer = AutoTokenizer.from_pretrained(splade_tiny_dir)
     before, after = fixed_batch_loss(untrained, tokenizer, scifact), fixed_batch_loss(model, tokenizer, scifact)
-    print(f"fixed-batch loss: untrained {before:.4f}, trained {after:.4f}; curve {losses[0]:.4f} -> {losses[-1]:.4f}")
+    print(f"fixed-batch loss: untrained {before:.4f}, trained {after:.4f}; "
+          f"curve mean of first 5 {sum(losses[:5]) / 5:.4f}, of last 5 {sum(losses[-5:]) / 5:.4f}")
     assert after < before
-    reloaded = Aggretriever.from_pretrained(tmp_path / "model")
+    assert sum(losses[-5:]) < sum(losses[:5])
+    reloaded = Aggretriever.from_pretrained(out)
     assert fixed_batch_loss(reloaded, tokenizer, scifact) == pytest.approx(after, rel=1e-5)
-    log = json.loads((tmp_path / "model" / "training_log.json").read_text())
-    assert log["losses"] == losses and log["batch_size"] == 4 and log["config"]["max_steps"] == 12
+    log = json.loads((out / "training_log.json").read_text())
+    assert log["losses"] == losses and log["batch_size"] == 8 and log["config"]["max_steps"] == 30
+
+
+def test_short_training_ranks_judged_documents_higher(trained, splade_tiny_dir, scifact):
+    # Measured here: 0.66 untrained -> 0.88 after these 30 steps. Not compared with the lexical-only demo model:
+    # with 128-token passages it scores 0.96 against 0.94 after 30 and after 60 steps, so beating it needs a
+    # longer run than a test affords.
+    untrained, model, _, _ = trained
+    tokenizer = AutoTokenizer.from_pretrained(splade_tiny_dir)
+    before = judged_vs_random_mrr(untrained, tokenizer, scifact)
+    after = judged_vs_random_mrr(model, tokenizer, scifact)
+    print(f"judged vs 9 random, MRR on 30 SciFact test queries: untrained {before:.3f}, trained {after:.3f}")
+    assert after > before + 0.1
+
+
+def test_train_command(tmp_path, capsys):
+    from pyserini_ext.cli.aggretriever import main
+
+    out = tmp_path / "model"
+    assert main(["train", "--model", "splade-tiny", "--dataset", "scifact", "--output", str(out), "--max-steps", "2",
+                 "--batch-size", "2", "--passage-max-length", "32", "--no-hard-negatives"]) == 0
+    assert "(2 steps)" in capsys.readouterr().out
+    log = json.loads((out / "training_log.json").read_text())
+    assert log["hard_negatives"] is False and log["passage_max_length"] == 32 and len(log["losses"]) == 2
+    assert Aggretriever.from_pretrained(out).dim == 768
