@@ -53,6 +53,11 @@ def test_gradient_path_equals_inference_path(splade_tiny_dir, pooling):
     # different lengths, so one sequence is padded (max(v, 0) rule) and one is not
     inputs = tokenizer(["protein folding", "cells divide when the growth signal is strong enough"],
                        padding=True, return_tensors="pt")
+    # and a hand-made row of [CLS] alone (all else masked): v is all zeros on both paths
+    only_cls = torch.zeros_like(inputs["attention_mask"][:1])
+    only_cls[0, 0] = 1
+    inputs = {"input_ids": torch.cat([inputs["input_ids"], inputs["input_ids"][:1]]),
+              "attention_mask": torch.cat([inputs["attention_mask"], only_cls])}
     with torch.no_grad():
         inference = model(inputs["input_ids"], inputs["attention_mask"])
     with_grad = model(inputs["input_ids"], inputs["attention_mask"])

@@ -126,7 +126,7 @@ class Aggretriever(nn.Module):
         has_padding = ~mask.all(dim=1)
         flat_hidden = hidden[:, 1:][mask]
         flat_weights = weights[mask]
-        if weights.requires_grad:
+        if weights.requires_grad:  # autograd is recording: the loop below writes in place, which it cannot undo
             return self._differentiable_lexical(flat_hidden, flat_weights, mask, has_padding)
         lexical = torch.full((batch, self.vocab_size), float("-inf"), dtype=hidden.dtype, device=hidden.device)
         lexical[has_padding] = 0
