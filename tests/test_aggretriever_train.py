@@ -21,12 +21,14 @@ from pyserini_ext.train.aggretriever import (
 from pyserini_ext.train.loop import TrainConfig
 
 
-def explicit_nll(queries: list[list[float]], passages: list[list[float]]) -> float:
-    """Mean over queries i of -log softmax_j(q_i . p_j)[i], written out with plain floats."""
+def explicit_nll(queries: list[list[float]], passages: list[list[float]],
+                 excluded: frozenset[tuple[int, int]] = frozenset()) -> float:
+    """Mean over queries i of -log softmax_j(q_i . p_j)[i], j not in `excluded` with i, with plain floats."""
     total = 0.0
     for i, query in enumerate(queries):
-        scores = [sum(a * b for a, b in zip(query, passage)) for passage in passages]
-        total += math.log(sum(math.exp(s) for s in scores)) - scores[i]
+        scores = {j: sum(a * b for a, b in zip(query, passage)) for j, passage in enumerate(passages)
+                  if (i, j) not in excluded}
+        total += math.log(sum(math.exp(s) for s in scores.values())) - scores[i]
     return total / len(queries)
 
 
@@ -41,6 +43,16 @@ def test_loss_equals_explicit_computation():
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     only_concat = aggretriever_loss(torch.tensor(queries), torch.tensor(passages), cls_dim=0)
     assert only_concat.item() == pytest.approx(explicit_nll(queries, passages), rel=1e-6)
+
+    excluded = frozenset({(0, 1), (1, 3)})
+    mask = torch.tensor([[(i, j) in excluded for j in range(4)] for i in range(2)])
+    expected = (explicit_nll(queries, passages, excluded)
+                + 0.5 * explicit_nll([q[1:] for q in queries], [p[1:] for p in passages], excluded)
+                + 0.5 * explicit_nll([q[:1] for q in queries], [p[:1] for p in passages], excluded))
+    masked = aggretriever_loss(torch.tensor(queries), torch.tensor(passages), cls_dim=1, false_negatives=mask)
+    assert masked.item() == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="own positive"):
+        aggretriever_loss(torch.tensor(queries), torch.tensor(passages), cls_dim=1, false_negatives=torch.eye(2, 4) > 0)
     with pytest.raises(ValueError, match="at least as many passages"):
         aggretriever_loss(torch.tensor(queries), torch.tensor(passages[:1]), cls_dim=1)
 

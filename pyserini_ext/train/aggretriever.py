@@ -8,7 +8,9 @@ the parts split at `cls_dim` (the model puts the [CLS] projection first). Querie
 passages at 128, as in the paper's training.
 
 Tevatron-style sampling: one example per training query and epoch, its positive drawn from its judged relevant
-passages, so a query never meets another positive of its own as an in-batch negative. Hard negatives are
+passages. A passage of the batch that is judged relevant to a query other than its own (SciFact train: 248 of
+565 relevant documents are relevant to several queries) is left out of that query's softmax rather than
+counted as a negative. Hard negatives are
 "random other documents" (uniform over the corpus minus the query's judged documents, no BM25 index needed),
 redrawn every epoch from the seed.
 """
@@ -78,25 +80,36 @@ def random_negative(rng: random.Random, docids: list[str], judged: frozenset[str
             return docid
 
 
-def nll(query_vectors: Tensor, passage_vectors: Tensor) -> Tensor:
-    """Cross-entropy of query i's positive, passage i, among all passages (inner-product scores)."""
+def nll(query_vectors: Tensor, passage_vectors: Tensor, excluded: Tensor | None = None) -> Tensor:
+    """Cross-entropy of query i's positive, passage i, among all passages (inner-product scores) but those
+    where `excluded[i, j]` is True."""
     scores = query_vectors @ passage_vectors.T
+    if excluded is not None:
+        scores = scores.masked_fill(excluded, float("-inf"))
     return torch.nn.functional.cross_entropy(scores, torch.arange(len(query_vectors), device=scores.device))
 
 
-def aggretriever_loss(query_vectors: Tensor, passage_vectors: Tensor, cls_dim: int) -> Tensor:
+def aggretriever_loss(query_vectors: Tensor, passage_vectors: Tensor, cls_dim: int,
+                      false_negatives: Tensor | None = None) -> Tensor:
     """NLL(concat) + 0.5 NLL(agg) + 0.5 NLL([CLS]); passages [0, B) are the positives, the rest negatives.
 
-    Without a [CLS] part (cls_dim = 0) the agg part is the whole vector and only the concat loss remains.
+    `false_negatives[i, j]` (bool, [B, passages]) leaves passage j out of query i's softmax; it must not mark
+    a query's own positive. Without a [CLS] part (cls_dim = 0) the agg part is the whole vector and only the
+    concat loss remains.
     """
-    if passage_vectors.shape[0] < query_vectors.shape[0]:
-        raise ValueError(f"{query_vectors.shape[0]} queries need at least as many passages (their positives), "
-                         f"got {passage_vectors.shape[0]}")
-    loss = nll(query_vectors, passage_vectors)
+    queries, passages = query_vectors.shape[0], passage_vectors.shape[0]
+    if passages < queries:
+        raise ValueError(f"{queries} queries need at least as many passages (their positives), got {passages}")
+    if false_negatives is not None:
+        if false_negatives.shape != (queries, passages):
+            raise ValueError(f"false_negatives must be [{queries}, {passages}], got {list(false_negatives.shape)}")
+        if false_negatives.diagonal().any():
+            raise ValueError("false_negatives marks a query's own positive")
+    loss = nll(query_vectors, passage_vectors, false_negatives)
     if cls_dim == 0:
         return loss
-    agg_loss = nll(query_vectors[:, cls_dim:], passage_vectors[:, cls_dim:])
-    cls_loss = nll(query_vectors[:, :cls_dim], passage_vectors[:, :cls_dim])
+    agg_loss = nll(query_vectors[:, cls_dim:], passage_vectors[:, cls_dim:], false_negatives)
+    cls_loss = nll(query_vectors[:, :cls_dim], passage_vectors[:, :cls_dim], false_negatives)
     return loss + PART_WEIGHT * agg_loss + PART_WEIGHT * cls_loss
 
 
@@ -144,7 +157,7 @@ def train_aggretriever(backbone_or_model_dir: str | os.PathLike, dataset: str | 
         inputs = tokenizer(texts, max_length=max_length, truncation=True, padding="longest", return_tensors="pt")
         return {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
 
-    def make_batches(epoch: int) -> Iterator[tuple[dict[str, Tensor], dict[str, Tensor]]]:
+    def make_batches(epoch: int) -> Iterator[tuple[dict[str, Tensor], dict[str, Tensor], Tensor]]:
         rng = random.Random(train_config.seed + epoch)
         order = examples[:]
         rng.shuffle(order)
@@ -153,12 +166,17 @@ def train_aggretriever(backbone_or_model_dir: str | os.PathLike, dataset: str | 
             passages = [rng.choice(example.positives) for example in chunk]
             if hard_negatives:
                 passages += [random_negative(rng, docids, example.judged) for example in chunk]
+            false_negatives = torch.tensor([[j != i and docid in example.positives for j, docid in enumerate(passages)]
+                                            for i, example in enumerate(chunk)])
             yield (tokenize([example.text for example in chunk], query_max_length),
-                   tokenize([passage_text(corpus[docid]) for docid in passages], passage_max_length))
+                   tokenize([passage_text(corpus[docid]) for docid in passages], passage_max_length), false_negatives)
 
-    def loss_fn(model: Aggretriever, batch: tuple[dict[str, Tensor], dict[str, Tensor]]) -> Tensor:
-        queries, passages = ({k: v.to(train_config.device) for k, v in side.items()} for side in batch)
-        return aggretriever_loss(model(**queries), model(**passages), model.config.cls_dim)
+    def loss_fn(model: Aggretriever, batch: tuple[dict[str, Tensor], dict[str, Tensor], Tensor]) -> Tensor:
+        query_inputs, passage_inputs, false_negatives = batch
+        queries, passages = ({k: v.to(train_config.device) for k, v in side.items()}
+                             for side in (query_inputs, passage_inputs))
+        return aggretriever_loss(model(**queries), model(**passages), model.config.cls_dim,
+                                 false_negatives.to(train_config.device))
 
     losses = train(model, make_batches, loss_fn, train_config, steps_per_epoch, desc="train aggretriever")
     model.save_pretrained(out_dir, tokenizer)
