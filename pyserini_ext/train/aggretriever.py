@@ -10,9 +10,8 @@ passages at 128, as in the paper's training.
 Tevatron-style sampling: one example per training query and epoch, its positive drawn from its judged relevant
 passages. A passage of the batch that is judged relevant to a query other than its own (SciFact train: 248 of
 565 relevant documents are relevant to several queries) is left out of that query's softmax rather than
-counted as a negative. Hard negatives are
-"random other documents" (uniform over the corpus minus the query's judged documents, no BM25 index needed),
-redrawn every epoch from the seed.
+counted as a negative. Hard negatives are "random other documents" (uniform over the corpus minus the query's
+judged documents, no BM25 index needed), redrawn every epoch from the seed.
 """
 from __future__ import annotations
 
