@@ -9,7 +9,7 @@ import importlib
 import sys
 
 GROUPS = {
-    "aggretriever": "Aggretriever: convert training-repo checkpoints, build the demo model",
+    "aggretriever": "Aggretriever: train, convert training-repo checkpoints, build the demo model",
     "deepct": "DeepCT: train, index (term weights -> Lucene tf), search (BM25, QL-JM, DeepCT-Query)",
     "aligner": "AligneR: train, index token vectors, search, few-shot alignment adaptation",
     "lucene": "Lucene helpers for any index (e.g. query likelihood with Jelinek-Mercer smoothing)",
