@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.pyserini-ext-installed
 PYTEST := $(BIN)/python -m pytest
 export PYSERINI_EXT_DATA ?= $(HOME)/.cache/pyserini_ext/datasets
 
-.PHONY: setup demo test test-slow lint bench clean
+.PHONY: setup demo test test-slow lint bench report clean
 
 setup: $(INSTALLED)
 
@@ -42,6 +42,11 @@ lint: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python bench/bench_aggretriever.py
+
+# docs/report.md + plots; hours of CPU, every step cached in runs/report (e.g. REPORT_ARGS="--datasets cranfield")
+REPORT_ARGS ?=
+report: $(INSTALLED)
+	$(BIN)/python scripts/report.py $(REPORT_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
