@@ -164,6 +164,33 @@ def evaluate(qrels: Path, run: Path, recall_level: int | None) -> dict[str, floa
             **trec_eval(qrels, run, ("recall_100",), relevance_level=recall_level)}
 
 
+def bm25_grid(index: Path, topics: Path, qrels: Path, grid: Sequence[tuple[float, float]], threads: int,
+              hits: int = 100) -> list[dict[str, float]]:
+    """nDCG@10 and R@100 of BM25 at each (k1, b) over a Lucene index, in one JVM: Pyserini's LuceneSearcher
+    (what `python -m pyserini.search.lucene --bm25 --k1 --b` runs) scored by ir_measures; a query without
+    hits counts 0, as with trec_eval -c."""
+    import ir_measures
+    from ir_measures import R, nDCG
+    from pyserini.search.lucene import LuceneSearcher
+
+    queries = dict(line.rstrip("\n").split("\t", 1) for line in topics.read_text(encoding="utf-8").splitlines()
+                   if line.strip())
+    judged = list(ir_measures.read_trec_qrels(str(qrels)))
+    qids = {q.query_id for q in judged}
+    searcher = LuceneSearcher(str(index))
+    figures = []
+    for k1, b in grid:
+        searcher.set_bm25(k1, b)
+        results = searcher.batch_search(list(queries.values()), list(queries), k=hits, threads=threads)
+        run = {qid: {hit.docid: hit.score for hit in hits_} for qid, hits_ in results.items() if hits_}
+        totals = {"ndcg_cut_10": 0.0, "recall_100": 0.0}
+        for metric in ir_measures.iter_calc([nDCG @ 10, R @ 100], judged, run):
+            totals["ndcg_cut_10" if metric.measure == nDCG @ 10 else "recall_100"] += metric.value
+        figures.append({k: v / len(qids) for k, v in totals.items()})
+    searcher.close()
+    return figures
+
+
 def eval_command(qrels: Path, run: Path, recall_level: int | None) -> str:
     base = "python -m pyserini.eval.trec_eval -c"
     if recall_level is None:
@@ -348,9 +375,15 @@ class Report:
         os.replace(tmp, output)
         seconds = time.perf_counter() - started
         self.timings[f"{group}/{name}"] = round(seconds, 1)
-        atomic_write_text(self.timings_path, json.dumps(self.timings, indent=1))
+        self.save_timings()
         print(f"  [done] {name} in {seconds:.0f} s", flush=True)
         return output
+
+    def save_timings(self) -> None:
+        """Merged with the file: another report process may share the work folder."""
+        saved = json.loads(self.timings_path.read_text()) if self.timings_path.exists() else {}
+        self.timings = {**saved, **self.timings}
+        atomic_write_text(self.timings_path, json.dumps(self.timings, indent=1))
 
     def scores(self, corpus: Corpus, split: str, run: Path, recall_level: int | None) -> dict[str, float]:
         """trec_eval figures of a run, kept next to it (recomputed when the run is newer)."""
@@ -534,19 +567,23 @@ class Report:
         print("DeepCT k1/b on development queries (SciFact train + MS MARCO triples dev)", flush=True)
         dev = {"scifact-train": (self.corpus("scifact", "scifact", ["test", "train"]), "train"),
                MSMARCO_DEV: (self.msmarco_dev(), "dev")}
-        grid, reference = [], {}
+        figures, reference = {}, {}
         for name, (c, split) in dev.items():
-            bm25 = self.lucene_search(c, split, self.lucene_index(c), "bm25",
-                                      ["--bm25", "--k1", "0.9", "--b", "0.4"], hits=100)
-            reference[name] = self.scores(c, split, bm25, None)
-        for k1, b in DEEPCT_GRID:
-            row = {"k1": k1, "b": b}
-            for name, (c, split) in dev.items():
-                index = self.deepct_index(c)
-                label = f"{index.name.removeprefix('index.')}.k1_{k1:g}.b_{b:g}"
-                run = self.lucene_search(c, split, index, label, ["--bm25", "--k1", f"{k1:g}", "--b", f"{b:g}"],
-                                         hits=100)
-                row[name] = self.scores(c, split, run, None)
+            plain, deepct = self.lucene_index(c), self.deepct_index(c)
+            started = time.perf_counter()
+            print(f"  [run] {name}: BM25 at {len(DEEPCT_GRID)} k1/b settings on {deepct.name} ...", flush=True)
+            self.commands.setdefault("development queries", []).append(
+                f"# in one process: pyserini.search.lucene.LuceneSearcher + set_bm25(k1, b), the class that\n"
+                f"#   python -m pyserini.search.lucene --index INDEX --topics {c.topics[split]} --bm25 --k1 K1 --b B "
+                f"--hits 100\n# runs; scored with ir_measures nDCG@10 and R@100 (qrels {c.qrels[split]})")
+            reference[name] = bm25_grid(plain, c.topics[split], c.qrels[split], [(0.9, 0.4)], self.args.threads)[0]
+            figures[name] = bm25_grid(deepct, c.topics[split], c.qrels[split], DEEPCT_GRID, self.args.threads)
+            seconds = time.perf_counter() - started
+            self.timings[f"development queries/{name} BM25 grid"] = round(seconds, 1)
+            print(f"  [done] {name} grid in {seconds:.0f} s", flush=True)
+        grid = []
+        for i, (k1, b) in enumerate(DEEPCT_GRID):
+            row = {"k1": k1, "b": b, **{name: figures[name][i] for name in dev}}
             row["mean_ndcg_cut_10"] = sum(row[n]["ndcg_cut_10"] for n in dev) / len(dev)
             print(f"  k1 {k1:g} b {b:g}: " + ", ".join(f"{n} {row[n]['ndcg_cut_10']:.4f}" for n in dev)
                   + f", mean {row['mean_ndcg_cut_10']:.4f}", flush=True)
@@ -555,6 +592,7 @@ class Report:
         result = {"k1": best["k1"], "b": best["b"], "grid": grid, "bm25_reference": reference,
                   "source": "best mean nDCG@10 over SciFact train and the MS MARCO triples dev set"}
         atomic_write_text(cache, json.dumps(result, indent=1))
+        self.save_timings()
         print(f"  chosen k1 {best['k1']:g} b {best['b']:g}", flush=True)
         return result
 
@@ -664,8 +702,9 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                f"`{args.triples}` (corpus = the DL19 subset's passages + the 200 triple passages `triples-p{{i}}` / "
                "`triples-n{i}`, qrels = each query's positive). BM25 uses Pyserini's defaults (k1 0.9, b 0.4) "
                "and every other model its defaults: the one setting chosen is DeepCT's BM25 k1/b, once for all "
-               "datasets, by the best mean nDCG@10 over the two development sets; the same development set "
-               "would serve any further choice.\n")
+               "datasets, by the best mean nDCG@10 over the two development sets (grid runs: Pyserini's "
+               "LuceneSearcher, 100 hits, scored with ir_measures); the same development set would serve any "
+               "further choice.\n")
     if deepct:
         out.append(f"DeepCT: k1 = {deepct['k1']:g}, b = {deepct['b']:g} ({deepct['source']}).\n")
         if deepct.get("grid"):
@@ -713,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     report = Report(args)
+    print(f"work folder {report.root}; each step's own progress bars: tail -f {report.log}", flush=True)
     deepct = report.tune_deepct() if "deepct" in args.methods or "rrf-deepct" in args.methods else None
     results, pruning = {}, {}
     for key in args.datasets:
