@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.pyserini-ext-installed
 PYTEST := $(BIN)/python -m pytest
 export PYSERINI_EXT_DATA ?= $(HOME)/.cache/pyserini_ext/datasets
 
-.PHONY: setup demo test test-slow lint bench clean
+.PHONY: setup demo test test-slow lint bench models clean
 
 setup: $(INSTALLED)
 
@@ -42,6 +42,10 @@ lint: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python bench/bench_aggretriever.py
+
+# retrain the three shipped models by distillation (about 1-2 hours on 2 cores; resumable)
+models: $(INSTALLED)
+	$(BIN)/python -m pyserini_ext.train.recipes --output resources/models --work runs/models
 
 clean:
 	rm -rf $(VENV) build *.egg-info

