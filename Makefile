@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.pyserini-ext-installed
 PYTEST := $(BIN)/python -m pytest
 export PYSERINI_EXT_DATA ?= $(HOME)/.cache/pyserini_ext/datasets
 
-.PHONY: setup demo test test-slow lint bench report clean
+.PHONY: setup demo test test-slow lint bench models report clean
 
 setup: $(INSTALLED)
 
@@ -47,6 +47,10 @@ bench: $(INSTALLED)
 REPORT_ARGS ?=
 report: $(INSTALLED)
 	$(BIN)/python scripts/report.py $(REPORT_ARGS)
+
+# retrain the three shipped models by distillation (about 1-2 hours on 2 cores; resumable)
+models: $(INSTALLED)
+	$(BIN)/python -m pyserini_ext.train.recipes --output resources/models --work runs/models
 
 clean:
 	rm -rf $(VENV) build *.egg-info

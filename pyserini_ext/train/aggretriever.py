@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -182,5 +182,63 @@ def train_aggretriever(backbone_or_model_dir: str | os.PathLike, dataset: str | 
     save_training_log(out_dir, train_config, losses, base_model=str(backbone_or_model_dir), dataset=dataset.name,
                       split=split, training_queries=len(examples), batch_size=batch_size,
                       hard_negatives=hard_negatives, query_max_length=query_max_length,
+                      passage_max_length=passage_max_length)
+    return model, losses
+
+
+def distill_aggretriever(backbone_or_model_dir: str | os.PathLike, data, out_dir: str | os.PathLike,
+                         train_config: TrainConfig | None = None, model_config: AggretrieverConfig | None = None,
+                         distill_config=None, query_max_length: int = QUERY_MAX_LENGTH,
+                         passage_max_length: int = PASSAGE_MAX_LENGTH,
+                         checkpoint_dir: str | os.PathLike | None = None) -> tuple[Aggretriever, list[float]]:
+    """Distil the teacher ensemble of `data` (a train.distill.DistillationSet) into an Aggretriever.
+
+    What the MLM head knows is kept: new heads start as the lexical-only model (term weight 1, so the untrained
+    model already ranks by the backbone's MLM distributions) with a small random [CLS] projection (a zero one
+    would be a saddle point of the bilinear score), the heads learn at `head_learning_rate` and the backbone at
+    the lower `train_config.learning_rate`. Loss = L(concat) + 0.5 L(agg) + 0.5 L([CLS]) with L the
+    distillation loss (listwise KL to the teacher + in-batch NLL), as the released code weighs its NLLs.
+    """
+    from pyserini_ext.train.distill import DistillTrainConfig, distillation_batches, distillation_loss, steps_per_epoch
+
+    train_config = train_config or TrainConfig()
+    distill_config = distill_config or DistillTrainConfig()
+    set_seed(train_config.seed)
+    name = str(backbone_or_model_dir)
+    folder = backbone_path(name) if name in BACKBONES else resolve_model_folder(backbone_or_model_dir)
+    if (folder / AGG_CONFIG_NAME).is_file():
+        model = Aggretriever.from_pretrained(folder)
+    else:
+        model = from_masked_lm(folder, model_config, constant_term_weight=1.0)
+        if model.cls_proj is not None:
+            torch.nn.init.normal_(model.cls_proj.weight, std=0.01)
+            torch.nn.init.zeros_(model.cls_proj.bias)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    heads = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
+    body = [p for n, p in model.named_parameters() if n.startswith("encoder.")]
+    groups = [{"params": body}, {"params": heads, "lr": distill_config.head_learning_rate}]
+    cls_dim = model.config.cls_dim
+
+    def tokenize(texts: list[str], max_length: int) -> dict[str, Tensor]:
+        inputs = tokenizer(texts, max_length=max_length, truncation=True, padding="longest", return_tensors="pt")
+        return {k: inputs[k].to(train_config.device) for k in ("input_ids", "attention_mask")}
+
+    def loss_fn(model: Aggretriever, batch) -> Tensor:
+        queries = model(**tokenize(batch.query_texts, query_max_length))
+        passages = model(**tokenize(batch.passage_texts, passage_max_length))
+        loss = distillation_loss(queries @ passages.T, batch.teacher, distill_config)
+        if cls_dim:
+            for part in (slice(cls_dim, None), slice(0, cls_dim)):
+                loss = loss + PART_WEIGHT * distillation_loss(queries[:, part] @ passages[:, part].T, batch.teacher,
+                                                              distill_config)
+        return loss
+
+    losses = train(model, lambda epoch: distillation_batches(data, distill_config.batch_size,
+                                                             distill_config.group_size, train_config.seed, epoch),
+                   loss_fn, train_config, steps_per_epoch(data, distill_config), desc="distil aggretriever",
+                   parameter_groups=groups, checkpoint_dir=checkpoint_dir)
+    model.save_pretrained(out_dir, tokenizer)
+    save_training_log(out_dir, train_config, losses, base_model=name, distillation=asdict(distill_config),
+                      training_queries=len(data.queries), query_max_length=query_max_length,
                       passage_max_length=passage_max_length)
     return model, losses

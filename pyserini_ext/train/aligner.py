@@ -14,19 +14,15 @@ from __future__ import annotations
 import math
 import os
 import random
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import torch
 
-from pyserini_ext.data import write_json_collection
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel, document_text
 from pyserini_ext.models.alignment import MAXSIM, alignment_scores
-from pyserini_ext.train.loop import TrainConfig, save_training_log, train
+from pyserini_ext.models.backbones import BACKBONES, backbone_path
+from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
 
 NEGATIVE_SOURCES = ("bm25", "random")
 
@@ -39,22 +35,9 @@ class AlignerLossConfig:
 
 def bm25_negatives(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], depth: int = 30,
                    threads: int = 1) -> dict[str, list[str]]:
-    """qid -> BM25 ranking (top `depth` docids) with Pyserini: Lucene index in a temporary folder."""
-    from pyserini.search.lucene import LuceneSearcher
-    with tempfile.TemporaryDirectory(prefix="aligner-bm25-") as tmp:
-        collection = write_json_collection(corpus, Path(tmp) / "collection").parent
-        index = Path(tmp) / "index"
-        proc = subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-                               "--input", str(collection), "--index", str(index), "--generator",
-                               "DefaultLuceneDocumentGenerator", "--threads", str(threads)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"Lucene indexing for BM25 negatives failed: {proc.stderr[-2000:]}")
-        searcher = LuceneSearcher(str(index))
-        qids = list(queries)
-        hits = searcher.batch_search([queries[q] for q in qids], qids, k=depth, threads=threads)
-        searcher.close()
-    return {qid: [h.docid for h in hits.get(qid, [])] for qid in qids}
+    """qid -> BM25 ranking (top `depth` docids) with Pyserini over a temporary Lucene index of `corpus`."""
+    from pyserini_ext.train.distill import bm25_rankings
+    return {qid: [docid for docid, _ in hits] for qid, hits in bm25_rankings(corpus, queries, depth, threads).items()}
 
 
 def training_examples(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
@@ -81,9 +64,8 @@ def training_examples(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[
     return examples
 
 
-def contrastive_loss(model: AlignerModel, batch: tuple[list[str], list[str]], temperature: float) -> torch.Tensor:
-    """NLL of each query's positive (document i of the first half) among all documents of the batch."""
-    query_texts, doc_texts = batch
+def batch_scores(model: AlignerModel, query_texts: list[str], doc_texts: list[str]) -> torch.Tensor:
+    """[queries, documents] top-1 alignment scores with the training saliences (entropy top-k at alpha_q/d)."""
     config = model.config
     queries = model.encode_batch(query_texts, QUERY)
     docs = model.encode_batch(doc_texts, DOCUMENT)
@@ -91,8 +73,14 @@ def contrastive_loss(model: AlignerModel, batch: tuple[list[str], list[str]], te
                                                 iterations=config.topk_iterations)
     doc_weights, doc_kept = docs.weights(config.alpha_d, soft=True, eps=config.eps,
                                          iterations=config.topk_iterations)
-    scores = alignment_scores(queries.vectors, query_weights, query_kept, docs.vectors, doc_weights, doc_kept,
-                              MAXSIM)
+    return alignment_scores(queries.vectors, query_weights, query_kept, docs.vectors, doc_weights, doc_kept,
+                            MAXSIM)
+
+
+def contrastive_loss(model: AlignerModel, batch: tuple[list[str], list[str]], temperature: float) -> torch.Tensor:
+    """NLL of each query's positive (document i of the first half) among all documents of the batch."""
+    query_texts, doc_texts = batch
+    scores = batch_scores(model, query_texts, doc_texts)
     labels = torch.arange(len(query_texts), device=scores.device)
     return torch.nn.functional.cross_entropy(scores / temperature, labels)
 
@@ -133,4 +121,36 @@ def train_aligner(backbone: str | os.PathLike, corpus: Mapping[str, Mapping[str,
                       temperature=loss_config.temperature, batch_size=batch_size,
                       first_loss=losses[0], last_loss=float(sum(losses[-10:]) / len(losses[-10:])),
                       log_batch=math.log(2 * batch_size))
+    return model, losses
+
+
+def distill_aligner(backbone: str | os.PathLike, data, out_dir: str | os.PathLike,
+                    model_config: AlignerConfig | None = None, train_config: TrainConfig | None = None,
+                    distill_config=None, temperature: float = 0.05,
+                    checkpoint_dir: str | os.PathLike | None = None) -> tuple[AlignerModel, list[float]]:
+    """Distil the teacher ensemble of `data` (a train.distill.DistillationSet) into AligneR: listwise KL over each
+    query's candidates plus in-batch NLL on the salience-weighted alignment scores / `temperature`. The new
+    heads learn at `distill_config.head_learning_rate`, the pretrained encoder at `train_config.learning_rate`."""
+    from pyserini_ext.train.distill import DistillTrainConfig, distillation_batches, distillation_loss, steps_per_epoch
+
+    train_config = train_config or TrainConfig()
+    distill_config = distill_config or DistillTrainConfig()
+    set_seed(train_config.seed)  # new heads
+    name = str(backbone)
+    model = AlignerModel.from_backbone(backbone_path(name) if name in BACKBONES else backbone, model_config)
+    body = [p for n, p in model.named_parameters() if n.startswith("encoder.")]
+    heads = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
+    groups = [{"params": body}, {"params": heads, "lr": distill_config.head_learning_rate}]
+
+    def loss_fn(model: AlignerModel, batch) -> torch.Tensor:
+        scores = batch_scores(model, batch.query_texts, batch.passage_texts) / temperature
+        return distillation_loss(scores, batch.teacher, distill_config)
+
+    losses = train(model, lambda epoch: distillation_batches(data, distill_config.batch_size,
+                                                             distill_config.group_size, train_config.seed, epoch),
+                   loss_fn, train_config, steps_per_epoch(data, distill_config), desc="distil aligner",
+                   parameter_groups=groups, checkpoint_dir=checkpoint_dir)
+    model.save(out_dir)
+    save_training_log(out_dir, train_config, losses, distillation=asdict(distill_config), temperature=temperature,
+                      training_queries=len(data.queries), backbone=str(backbone))
     return model, losses

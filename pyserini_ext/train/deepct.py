@@ -28,12 +28,14 @@ class DeepCTExample:
     first_positions: list[int]
 
 
-def term_recall(passage_words: list[str], queries: list[list[str]]) -> list[float]:
-    """recall(t) for each passage word: the fraction of the queries that contain t."""
+def term_recall(passage_words: list[str], queries: list[list[str]], weights: list[float] | None = None) -> list[float]:
+    """recall(t) for each passage word: the (weighted) fraction of the queries that contain t."""
     if not queries:
         raise ValueError("term recall needs at least one relevant query")
+    weights = weights or [1.0] * len(queries)
     query_sets = [set(q) for q in queries]
-    return [sum(word in q for q in query_sets) / len(query_sets) for word in passage_words]
+    total = sum(weights)
+    return [sum(w for q, w in zip(query_sets, weights) if word in q) / total for word in passage_words]
 
 
 def passage_text(doc: Mapping[str, str]) -> str:
@@ -43,14 +45,35 @@ def passage_text(doc: Mapping[str, str]) -> str:
 
 def make_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
                   qrels: Mapping[str, Mapping[str, int]], max_length: int = 128) -> list[DeepCTExample]:
-    """One example per judged-relevant passage (relevance > 0) with its first `max_length`-piece window."""
-    relevant_queries: dict[str, list[str]] = {}
+    """The paper's target: one example per judged-relevant passage (relevance > 0), recall over its judged
+    queries, on its first `max_length`-piece window."""
+    relevant_queries: dict[str, list[tuple[str, float]]] = {}
     for qid, judged in qrels.items():
         if qid not in queries:
             raise KeyError(f"qrels name query {qid!r}, which is not in the queries")
         for docid, rel in judged.items():
             if rel > 0:
-                relevant_queries.setdefault(docid, []).append(qid)
+                relevant_queries.setdefault(docid, []).append((queries[qid], 1.0))
+    return weighted_recall_examples(tokenizer, corpus, relevant_queries, max_length)
+
+
+def teacher_recall_examples(tokenizer, data, max_length: int = 128, min_mass: float = 0.5,
+                            min_probability: float = 0.05) -> list[DeepCTExample]:
+    """Targets from the teachers (`data`, a train.distill.DistillationSet): a passage's relevant queries are the
+    training queries (labelled and pseudo) whose teacher ensemble gives it probability p >= `min_probability`
+    among their candidates, each weighing p; passages whose total p is below `min_mass` are left out (too
+    little evidence). So a passage learns from many queries, including those made from other passages."""
+    relevant_queries = {docid: [(data.queries[i].text, p) for i, p in found]
+                        for docid, found in data.relevant_queries(min_probability=min_probability).items()
+                        if sum(p for _, p in found) >= min_mass}
+    return weighted_recall_examples(tokenizer, data.corpus, relevant_queries, max_length)
+
+
+def weighted_recall_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]],
+                             relevant_queries: Mapping[str, list[tuple[str, float]]],
+                             max_length: int = 128) -> list[DeepCTExample]:
+    """One example per passage of `relevant_queries` (docid -> [(query text, weight)]): weighted term recall of
+    the words of its first `max_length`-piece window."""
     examples = []
     for docid in sorted(relevant_queries):
         if docid not in corpus:
@@ -58,12 +81,14 @@ def make_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]], queries: M
         windows = pack_windows(split_words(tokenizer, passage_text(corpus[docid])), max_length)
         if not windows:
             continue  # empty passage: nothing to learn from
-        query_words = [[w.text for w in split_words(tokenizer, queries[q])] for q in relevant_queries[docid]]
+        texts, weights = zip(*relevant_queries[docid])
+        query_words = [[w.text for w in split_words(tokenizer, text)] for text in texts]
         words = [w.text for w in windows[0]]
         inputs, firsts = window_inputs(tokenizer, windows[:1])
-        examples.append(DeepCTExample(docid, words, term_recall(words, query_words), inputs, firsts[0]))
+        examples.append(DeepCTExample(docid, words, term_recall(words, query_words, list(weights)), inputs,
+                                      firsts[0]))
     if not examples:
-        raise ValueError("no training examples: no judged-relevant passage with text")
+        raise ValueError("no training examples: no relevant passage with text")
     return examples
 
 
@@ -102,15 +127,21 @@ def deepct_loss(model: DeepCTModel, batch: dict[str, torch.Tensor]) -> torch.Ten
 def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
                  qrels: Mapping[str, Mapping[str, int]], out_dir: str | os.PathLike | None = None,
                  config: TrainConfig | None = None, batch_size: int = 16, max_length: int = 128,
+                 distillation=None, checkpoint_dir: str | os.PathLike | None = None,
                  **card) -> tuple[DeepCTModel, list[float]]:
     """Train DeepCT from a backbone (or DeepCT) folder; saves the model and training_log.json when `out_dir`.
 
+    Targets: the paper's query term recall over `qrels`, or, with `distillation` (a DistillationSet; corpus,
+    queries and qrels are then ignored), the teacher-weighted recall of `teacher_recall_examples`.
     Deterministic for a given seed: the head is initialised and the data shuffled from `config.seed`.
     """
     config = config or TrainConfig()
     set_seed(config.seed)  # the regression head is initialised at load time
     model = DeepCTModel.from_pretrained(model_path, max_length=max_length)
-    examples = make_examples(model.tokenizer, corpus, queries, qrels, max_length)
+    if distillation is not None:
+        examples = teacher_recall_examples(model.tokenizer, distillation, max_length)
+    else:
+        examples = make_examples(model.tokenizer, corpus, queries, qrels, max_length)
     steps_per_epoch = (len(examples) + batch_size - 1) // batch_size
 
     def make_batches(epoch: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -119,7 +150,8 @@ def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str
         for start in range(0, len(order), batch_size):
             yield collate([examples[i] for i in order[start:start + batch_size]], model.tokenizer.pad_token_id)
 
-    losses = train(model, make_batches, deepct_loss, config, steps_per_epoch, desc="deepct")
+    losses = train(model, make_batches, deepct_loss, config, steps_per_epoch, desc="deepct",
+                   checkpoint_dir=checkpoint_dir)
     if out_dir is not None:
         out_dir = Path(out_dir)
         model.save_pretrained(out_dir, base_model=str(model_path), training_examples=len(examples), **card)

@@ -1,7 +1,10 @@
 """The one training loop shape shared by the three models (model-specific parts are the batches and the loss).
 
-Compact on purpose, in the spirit of Tevatron: AdamW with linear warm-up/decay, gradient clipping, seeded,
-tqdm progress, a loss curve written next to the saved model.
+Compact on purpose, in the spirit of Tevatron: AdamW with transformers' linear warm-up/decay schedule, gradient
+clipping, seeded, tqdm progress, a loss curve written next to the saved model. With a checkpoint folder, the
+model, optimiser, schedule and loss curve are saved every `checkpoint_every` steps (atomically) and a new run
+with the same settings resumes from there: batches are a pure function of (seed, epoch), so the steps already
+done are replayed without computing them.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ class TrainConfig:
     seed: int = 42
     device: str = "cpu"
     log_every: int = 10
+    checkpoint_every: int = 100
 
 
 def set_seed(seed: int) -> None:
@@ -41,12 +45,18 @@ def train(model: torch.nn.Module,
           loss_fn: Callable[[torch.nn.Module, object], torch.Tensor],
           config: TrainConfig,
           steps_per_epoch: int,
-          desc: str = "train") -> list[float]:
+          desc: str = "train",
+          parameter_groups: list[dict] | None = None,
+          checkpoint_dir: str | os.PathLike | None = None) -> list[float]:
     """Train `model` in place; returns the per-step loss curve.
 
     `make_batches(epoch)` yields batches (already on `config.device` or moved by `loss_fn`);
     `loss_fn(model, batch)` returns a scalar loss. Seeding happens before the first batch is made.
+    `parameter_groups` (AdamW groups, e.g. a lower learning rate for a pretrained backbone than for new heads)
+    replaces the default single group of all trainable parameters at `config.learning_rate`.
     """
+    from transformers import get_linear_schedule_with_warmup
+
     set_seed(config.seed)
     total = steps_per_epoch * config.epochs
     if config.max_steps is not None:
@@ -54,15 +64,37 @@ def train(model: torch.nn.Module,
     if total <= 0:
         raise ValueError("nothing to train on: 0 steps (empty training data?)")
     model.to(config.device).train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=config.learning_rate, weight_decay=config.weight_decay)
-    warmup = int(total * config.warmup_ratio)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+    groups = parameter_groups or [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(total * config.warmup_ratio), total)
     losses: list[float] = []
-    with tqdm(total=total, desc=desc) as bar:
+    checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir is not None else None
+    if checkpoint is not None and checkpoint.is_file():
+        state = torch.load(checkpoint, map_location=config.device, weights_only=False)
+        if state["total"] != total or state["seed"] != config.seed:
+            raise ValueError(f"{checkpoint} was written by a run with {state['total']} steps and seed "
+                             f"{state['seed']}, not {total} and {config.seed}: remove it or use another folder")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        losses = state["losses"]
+        torch.set_rng_state(state["torch_rng"])
+    done = len(losses)
+
+    def save_checkpoint() -> None:
+        tmp = checkpoint.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "losses": losses, "total": total, "seed": config.seed,
+                    "torch_rng": torch.get_rng_state()}, tmp)
+        tmp.replace(checkpoint)
+
+    step = 0
+    with tqdm(total=total, initial=done, desc=desc) as bar:
         for epoch in range(config.epochs):
             for batch in make_batches(epoch):
+                step += 1
+                if step <= done:
+                    continue  # replayed from the checkpoint
                 loss = loss_fn(model, batch)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss became {loss.item()} at step {len(losses)}")
@@ -75,6 +107,9 @@ def train(model: torch.nn.Module,
                 bar.update(1)
                 if len(losses) % config.log_every == 0:
                     bar.set_postfix(loss=f"{np.mean(losses[-config.log_every:]):.4f}")
+                if checkpoint is not None and (len(losses) % config.checkpoint_every == 0 or len(losses) >= total):
+                    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+                    save_checkpoint()
                 if len(losses) >= total:
                     model.eval()
                     return losses

