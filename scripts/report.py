@@ -681,7 +681,9 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "indexes hold vectors only); for fusions the sum of both indexes. 1000 hits per query; RRF with "
                "Pyserini's defaults (k 60, depth 1000).\n")
     out.append("Models: " + ", ".join(f"{m} `{report.model_dirs[m]}`" for m in OURS) + "; baselines: splade-tiny "
-               f"`{backbone_path('splade-tiny')}`, all-MiniLM-L6-v2 `{report.minilm}` (mean pooling, L2-normalised).\n")
+               f"`{backbone_path('splade-tiny')}`, all-MiniLM-L6-v2 `{report.minilm}` (mean pooling, L2-normalised).\n"
+               f"splade-tiny is given to Pyserini as `{report.splade}`, a link with \"splade\" in its name: "
+               "`--impact --encoder` picks its query encoder by that substring.\n")
     if results:
         out.append("## Summary (nDCG@10)\n\n" + summary_table(results))
     for key, rows in results.items():
