@@ -429,11 +429,9 @@ class Report:
         """The MS MARCO dev set (DL19 subset passages + triple passages; see build_msmarco_dev_set)."""
         source = self.root / MSMARCO_DEV / "source"
         if not (source / "qrels" / "dev.tsv").exists():
-            dl19 = load_dataset(DATASETS["dl19"].dataset)
-            passages = dl19.corpus
-            if self.args.subset:
-                judged = {d for q in dl19.qrels(DATASETS["dl19"].split).values() for d in q}
-                passages = subset_corpus(passages, judged, self.args.subset)
+            passages = load_dataset(DATASETS["dl19"].dataset).corpus
+            if self.args.subset:  # the dev qrels judge only the triple passages
+                passages = subset_corpus(passages, (), self.args.subset)
             build_msmarco_dev_set(passages, Path(self.args.triples), source)
         return self.corpus(MSMARCO_DEV, str(source), ["dev"], subset=0)  # the source is already a subset
 
@@ -609,32 +607,31 @@ class Report:
         wanted = [m for m in BASE_METHODS if m in methods or f"rrf-{m}" in methods]
         if any(m.startswith("rrf-") for m in methods):
             wanted = ["bm25", *(m for m in wanted if m != "bm25")]
+
+        def score(label: str, run: Path, index_paths: Sequence[Path]) -> dict:
+            """Figures of one run, printed as soon as they exist."""
+            figures = {**self.scores(c, split, run, spec.recall_level),
+                       "index_mb": sum(folder_bytes(p) for p in index_paths) / 2 ** 20}
+            print(f"  = {spec.key} {label}: nDCG@10 {figures['ndcg_cut_10']:.4f}  R@100 {figures['recall_100']:.4f}"
+                  f"  index {figures['index_mb']:.1f} MB", flush=True)
+            return figures
+
         for method in wanted:
             k1_b = (deepct["k1"], deepct["b"]) if deepct else None
             runs[method], indexes[method] = self.run_method(c, split, method, k1_b)
-        for method in BASE_METHODS:
             if method in methods:
-                results[method] = {**self.scores(c, split, runs[method], spec.recall_level),
-                                   "index_mb": sum(folder_bytes(p) for p in indexes[method]) / 2 ** 20}
+                results[method] = score(LABELS[method], runs[method], indexes[method])
         for fused in FUSED:
             method = f"rrf-{fused}"
             if method in methods:
                 label = runs[fused].name.removeprefix("run.").removesuffix(f".{split}.txt")
                 run = self.fuse(c, split, [runs["bm25"], runs[fused]], label)
-                results[method] = {**self.scores(c, split, run, spec.recall_level),
-                                   "index_mb": sum(folder_bytes(p) for p in indexes["bm25"] + indexes[fused]) / 2 ** 20}
+                results[method] = score(LABELS[method], run, indexes["bm25"] + indexes[fused])
         pruning = {}
         if "aligner-pruning" in methods:
             for beta in PRUNING_BETAS:
                 run, index = self.aligner_run(c, split, beta)
-                pruning[beta] = {**self.scores(c, split, run, spec.recall_level),
-                                 "index_mb": folder_bytes(index[0]) / 2 ** 20}
-        for method, r in results.items():
-            print(f"  {spec.key:<10} {LABELS[method]:<34} nDCG@10 {r['ndcg_cut_10']:.4f}  R@100 {r['recall_100']:.4f}"
-                  f"  {r['index_mb']:8.1f} MB", flush=True)
-        for beta, r in pruning.items():
-            print(f"  {spec.key:<10} AligneR beta_d {beta:<4g}{'':<20} nDCG@10 {r['ndcg_cut_10']:.4f}  "
-                  f"R@100 {r['recall_100']:.4f}  {r['index_mb']:8.1f} MB", flush=True)
+                pruning[beta] = score(f"AligneR beta_d {beta:g}", run, index)
         return results, pruning
 
 
@@ -684,7 +681,9 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "indexes hold vectors only); for fusions the sum of both indexes. 1000 hits per query; RRF with "
                "Pyserini's defaults (k 60, depth 1000).\n")
     out.append("Models: " + ", ".join(f"{m} `{report.model_dirs[m]}`" for m in OURS) + "; baselines: splade-tiny "
-               f"`{backbone_path('splade-tiny')}`, all-MiniLM-L6-v2 `{report.minilm}` (mean pooling, L2-normalised).\n")
+               f"`{backbone_path('splade-tiny')}`, all-MiniLM-L6-v2 `{report.minilm}` (mean pooling, L2-normalised).\n"
+               f"splade-tiny is given to Pyserini as `{report.splade}`, a link with \"splade\" in its name: "
+               "`--impact --encoder` picks its query encoder by that substring.\n")
     if results:
         out.append("## Summary (nDCG@10)\n\n" + summary_table(results))
     for key, rows in results.items():
