@@ -97,11 +97,13 @@ def folder_bytes(path: Path) -> int:
 
 
 def model_tag(folder: Path) -> str:
-    """`<folder name>-<8 hex>`: the hash covers file names, sizes and mtimes, so a retrained model changes it."""
+    """`<folder name>-<8 hex>`: the hash covers file names, sizes and mtimes, so a retrained model changes it.
+    The encoders' own caches inside the folder (the exported ONNX graphs in `onnx/`) are left out."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.resolve().rglob("*") if p.is_file()):
+    root = folder.resolve()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "onnx"):
         stat = path.stat()
-        digest.update(f"{path.relative_to(folder.resolve())}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return f"{folder.name}-{digest.hexdigest()[:8]}"
 
 
