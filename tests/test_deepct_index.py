@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from pyserini_ext.data import load_dataset, write_topics, write_trec_qrels
+from pyserini_ext.data import document_text, load_dataset, write_topics, write_trec_qrels
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder, DeepCTQueryWeigher
 from pyserini_ext.evaluation import read_trec_run, trec_eval, write_trec_run
 from pyserini_ext.index.deepct import (
@@ -27,7 +27,7 @@ from pyserini_ext.index.deepct import (
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
-from pyserini_ext.train.deepct import passage_text, train_deepct
+from pyserini_ext.train.deepct import train_deepct
 from pyserini_ext.train.loop import TrainConfig, set_seed
 
 
@@ -50,7 +50,7 @@ def small_corpus(scifact):
 
 @pytest.fixture(scope="module")
 def word_tfs(untrained, small_corpus):
-    texts = [passage_text(small_corpus[d]) for d in small_corpus]
+    texts = [document_text(small_corpus[d]) for d in small_corpus]
     weights = untrained.word_weights(texts)
     return {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(small_corpus, weights)}
 

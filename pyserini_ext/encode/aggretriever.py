@@ -9,7 +9,8 @@ from pyserini.encode import DocumentEncoder, QueryEncoder
 from transformers import AutoTokenizer
 
 from pyserini_ext import registry
-from pyserini_ext.encode._torch import autocast_context, join_titles, resolve_device
+from pyserini_ext.data.text import document_texts, sanitize_texts
+from pyserini_ext.encode._torch import autocast_context, resolve_device
 from pyserini_ext.models.aggretriever import Aggretriever, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
@@ -45,7 +46,7 @@ class AggretrieverDocumentEncoder(DocumentEncoder):
 
     def encode(self, texts: list[str], titles: list[str] | None = None, fp16: bool = False,
                max_length: int = DOCUMENT_MAX_LENGTH, **kwargs) -> np.ndarray:
-        return self._encoder.encode_texts(join_titles(texts, titles), max_length, "float16" if fp16 else None)
+        return self._encoder.encode_texts(document_texts(texts, titles), max_length, "float16" if fp16 else None)
 
 
 class AggretrieverQueryEncoder(QueryEncoder):
@@ -73,4 +74,4 @@ class AggretrieverQueryEncoder(QueryEncoder):
             if query not in self.embedding:
                 raise KeyError(f"query {query!r} is not among the pre-encoded queries")
             return np.asarray(self.embedding[query], dtype=np.float32)
-        return self._encoder.encode_texts([query], max_length or self.max_length)[0]
+        return self._encoder.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]

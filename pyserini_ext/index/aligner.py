@@ -32,7 +32,8 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from pyserini_ext.models.aligner import DOCUMENT, AlignerModel, document_text
+from pyserini_ext.data.text import document_text, sanitize_texts
+from pyserini_ext.models.aligner import DOCUMENT, AlignerModel
 
 INDEX_FORMAT = "pyserini-ext-aligner-index/1"
 METADATA_FILE = "metadata.json"
@@ -85,7 +86,7 @@ def encode_corpus(model: AlignerModel, corpus: Mapping[str, Mapping[str, str]], 
     max_length = max_length or model.config.doc_max_length
     docids, texts, skipped = [], [], []
     for docid, doc in corpus.items():
-        text = document_text(doc)
+        text = sanitize_texts([document_text(doc)], f"document {docid!r}")[0]
         (docids if text else skipped).append(docid)
         if text:
             texts.append(text)

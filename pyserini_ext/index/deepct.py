@@ -31,6 +31,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from pyserini_ext.data.text import document_text, sanitize_texts
+
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "deepct_index.json"
@@ -180,15 +182,13 @@ def build_deepct_index(model, corpus: Mapping[str, Mapping[str, str]], out_dir: 
                        batch_size: int = 64, chunk_docs: int = 256, overwrite: bool = False,
                        model_name: str | None = None) -> IndexReport:
     """Weigh every passage (title + text) with `model` (a DeepCTModel) and write the DeepCT index."""
-    from pyserini_ext.train.deepct import passage_text
-
     term_frequency(0.0, scale, mode)  # validate the mode before any model work
 
     def documents():
         docids = list(corpus)
         for start in range(0, len(docids), chunk_docs):
             chunk = docids[start:start + chunk_docs]
-            texts = [passage_text(corpus[d]) for d in chunk]
+            texts = sanitize_texts((document_text(corpus[d]) for d in chunk), "corpus")
             for docid, text, weights in zip(chunk, texts, model.word_weights(texts, batch_size=batch_size)):
                 yield docid, word_term_frequencies(merge_word_weights(weights), scale, mode), json.dumps(
                     {"id": docid, "contents": text}, ensure_ascii=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -28,12 +28,6 @@ from pyserini_ext.models.alignment import entropy_topk, hard_topk_mask, salience
 CONFIG_FILE = "aligner_config.json"
 HEADS_FILE = "aligner_heads.pt"
 QUERY, DOCUMENT = "query", "document"
-
-
-def document_text(doc: Mapping[str, str]) -> str:
-    """How every AligneR path turns a corpus record into text: title and body joined by a space."""
-    title, text = (doc.get("title") or "").strip(), (doc.get("text") or "").strip()
-    return f"{title} {text}".strip()
 
 
 @dataclass

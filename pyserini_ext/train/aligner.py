@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from pyserini_ext.data import write_json_collection
-from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel, document_text
+from pyserini_ext.data import document_text, write_json_collection
+from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import MAXSIM, alignment_scores
 from pyserini_ext.train.loop import TrainConfig, save_training_log, train
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from pyserini_ext.data.text import document_text
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words, window_inputs
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
 
@@ -36,11 +37,6 @@ def term_recall(passage_words: list[str], queries: list[list[str]]) -> list[floa
     return [sum(word in q for q in query_sets) / len(query_sets) for word in passage_words]
 
 
-def passage_text(doc: Mapping[str, str]) -> str:
-    """Title and text joined, as the index sees them."""
-    return " ".join(p for p in (doc.get("title") or "", doc.get("text") or "") if p)
-
-
 def make_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
                   qrels: Mapping[str, Mapping[str, int]], max_length: int = 128) -> list[DeepCTExample]:
     """One example per judged-relevant passage (relevance > 0) with its first `max_length`-piece window."""
@@ -55,7 +51,7 @@ def make_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]], queries: M
     for docid in sorted(relevant_queries):
         if docid not in corpus:
             raise KeyError(f"qrels name passage {docid!r}, which is not in the corpus")
-        windows = pack_windows(split_words(tokenizer, passage_text(corpus[docid])), max_length)
+        windows = pack_windows(split_words(tokenizer, document_text(corpus[docid])), max_length)
         if not windows:
             continue  # empty passage: nothing to learn from
         query_words = [[w.text for w in split_words(tokenizer, queries[q])] for q in relevant_queries[docid]]
