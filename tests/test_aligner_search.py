@@ -40,8 +40,8 @@ def model(tmp_path_factory):
     torch.manual_seed(0)
     model = AlignerModel.from_backbone(backbone_path("splade-tiny"), AlignerConfig(doc_max_length=128)).eval()
     folder = tmp_path_factory.mktemp("model") / "aligner"
-    model.save(folder)
-    return AlignerModel.load(folder), folder
+    model.save_pretrained(folder)
+    return AlignerModel.from_pretrained(folder), folder
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def scifact():
 @pytest.fixture(scope="module")
 def untrained() -> DeepCTModel:
     torch.manual_seed(0)
-    return DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    return DeepCTModel.from_backbone(backbone_path("splade-tiny"))
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_end_to_end_trained_beats_untrained(scifact, tmp_path):
     assert len(losses) == 72 and sum(losses[-10:]) < sum(losses[:10])
     assert json.loads((tmp_path / "model" / "training_log.json").read_text())["losses"] == losses
     set_seed(seed)
-    untrained = DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    untrained = DeepCTModel.from_backbone(backbone_path("splade-tiny"))
     qrels = scifact.qrels("test")
     judged = {d for j in qrels.values() for d in j}
     docids = sorted(judged) + random.Random(0).sample(sorted(set(scifact.corpus) - judged), 1000)

@@ -53,7 +53,7 @@ def _index(args: argparse.Namespace) -> int:
             corpus = read_corpus(args.corpus)
         else:
             corpus = load_dataset(args.dataset).corpus
-        model = AlignerModel.load(args.model, device=args.device)
+        model = AlignerModel.from_pretrained(args.model, device=args.device)
         encoded = encode_corpus(model, corpus, batch_size=args.batch_size, max_length=args.max_length,
                                 fp16=args.fp16, model_path=str(Path(args.model).resolve()))
         if args.encoded:

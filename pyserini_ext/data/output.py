@@ -52,12 +52,13 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False,
                   owned: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a temporary sibling of `path` to write a file or folder at; it becomes `path` when the block ends.
 
-    An existing `path` is refused unless `overwrite`. A folder is replaced only when `owned(path)` says it is an
+    An existing `path` (other than an empty folder) is refused unless `overwrite`. A folder is replaced only when `owned(path)` says it is an
     output of ours (e.g. holds our index metadata), so `--overwrite` never deletes a folder of someone else's.
     On an exception, Ctrl-C or SIGTERM the temporary is removed and `path` is left as it was.
     """
     path = Path(path)
-    if path.exists() or path.is_symlink():
+    empty_folder = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    if (path.exists() or path.is_symlink()) and not empty_folder:
         if not overwrite:
             raise OutputExistsError(f"{path} exists; pass --overwrite to replace it")
         if path.is_dir() and (owned is None or not owned(path)):
@@ -71,6 +72,8 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False,
             yield tmp
             if not tmp.exists():
                 raise FileNotFoundError(f"{tmp}: nothing was written for {path}")
+            if empty_folder:
+                path.rmdir()
             if path.is_dir() and not path.is_symlink():
                 # a folder cannot be renamed over another: move the old one aside first
                 old = path.with_name(f".{path.name}.old-{os.getpid()}")

@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
-from transformers import AutoTokenizer
 
 from pyserini_ext import registry
 from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.encode._torch import autocast_context, resolve_device
-from pyserini_ext.models.aggretriever import Aggretriever, resolve_model_folder
+from pyserini_ext.encode.preflight import check_dimension
+from pyserini_ext.models.aggretriever import Aggretriever
+from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
 QUERY_MAX_LENGTH = 32  # as trained and as Pyserini encodes queries
@@ -23,7 +24,8 @@ class _AggretrieverEncoder:
         self.device = resolve_device(device)
         self.precision = precision
         self.model = Aggretriever.from_pretrained(folder).to(self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or folder)
+        self.tokenizer = load_tokenizer(tokenizer_name or folder)
+        check_dimension(self.model.dim, "aggretriever")
 
     @torch.inference_mode()
     def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None) -> np.ndarray:

@@ -19,6 +19,7 @@ import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
 
 from pyserini_ext.data.text import document_texts, sanitize_texts
+from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel
 from pyserini_ext.models.alignment import pool_vectors
 
@@ -32,7 +33,8 @@ class _AlignerEncoder:
     kind: str
 
     def _load(self, model_name: str | os.PathLike, device: str) -> None:
-        self.model = AlignerModel.load(model_name, device=_device(device))
+        self.model = AlignerModel.from_pretrained(model_name, device=_device(device))
+        check_dimension(self.model.config.dim, "aligner")
 
     @torch.no_grad()
     def encode_tokens(self, texts: list[str], max_length: int | None = None, beta: float = 1.0,

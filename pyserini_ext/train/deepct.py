@@ -105,7 +105,7 @@ def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str
     """
     config = config or TrainConfig()
     set_seed(config.seed)  # the regression head is initialised at load time
-    model = DeepCTModel.from_pretrained(model_path, max_length=max_length)
+    model = DeepCTModel.from_backbone(model_path, max_length=max_length)
     examples = make_examples(model.tokenizer, corpus, queries, qrels, max_length)
     steps_per_epoch = (len(examples) + batch_size - 1) // batch_size
 
