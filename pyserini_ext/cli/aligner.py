@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from pyserini_ext.data import load_dataset, read_corpus, read_topics
+from pyserini_ext.errors import OutputExistsError
 
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
 
@@ -41,19 +42,21 @@ def _train(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from pyserini_ext.index.aligner import EncodedCorpus, build_index, encode_corpus
     from pyserini_ext.models.aligner import AlignerModel
-    encoded = None
-    if args.encoded and Path(args.encoded).is_file():
+    cached = bool(args.encoded) and Path(args.encoded).is_file()
+    if not cached and bool(args.corpus) == bool(args.dataset):
+        print("pyserini-ext aligner index: give exactly one of --corpus (JsonCollection) or --dataset",
+              file=sys.stderr)
+        return 2
+    if Path(args.output).exists() and not args.overwrite:  # before the encoding work
+        raise OutputExistsError(f"{args.output} exists; pass --overwrite to replace it")
+    corpus = None
+    if args.corpus or args.dataset:
+        corpus = read_corpus(args.corpus) if args.corpus else load_dataset(args.dataset).corpus
+    model = AlignerModel.from_pretrained(args.model, device=args.device)
+    if cached:
         encoded = EncodedCorpus.load(args.encoded)
-    if encoded is None:
-        if bool(args.corpus) == bool(args.dataset):
-            print("pyserini-ext aligner index: give exactly one of --corpus (JsonCollection) or --dataset",
-                  file=sys.stderr)
-            return 2
-        if args.corpus:
-            corpus = read_corpus(args.corpus)
-        else:
-            corpus = load_dataset(args.dataset).corpus
-        model = AlignerModel.from_pretrained(args.model, device=args.device)
+        encoded.check_matches(args.encoded, model, corpus, args.max_length)
+    else:
         encoded = encode_corpus(model, corpus, batch_size=args.batch_size, max_length=args.max_length,
                                 fp16=args.fp16, model_path=str(Path(args.model).resolve()))
         if args.encoded:

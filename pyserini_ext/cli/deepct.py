@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyserini_ext.cli.lucene import add_search_arguments, make_searcher, write_run
 from pyserini_ext.data import load_dataset, read_corpus, read_topics
+from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.index.deepct import STEMMERS, TF_MODES, AnalyzerSettings
 
 
@@ -38,6 +39,8 @@ def _index(args: argparse.Namespace) -> None:
     from pyserini_ext.index.deepct import build_deepct_index
     from pyserini_ext.models.deepct import DeepCTModel
 
+    if args.output.exists() and not args.overwrite:  # before the weighing work
+        raise OutputExistsError(f"{args.output} exists; pass --overwrite to replace it")
     corpus = load_dataset(args.dataset).corpus if args.dataset else read_corpus(args.corpus)
     model = DeepCTModel.from_pretrained(args.model, max_length=args.max_length).to(args.device)
     report = build_deepct_index(model, corpus, args.output, scale=args.scale, mode=args.mode,

@@ -52,8 +52,9 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False,
                   owned: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a temporary sibling of `path` to write a file or folder at; it becomes `path` when the block ends.
 
-    An existing `path` (other than an empty folder) is refused unless `overwrite`. A folder is replaced only when `owned(path)` says it is an
-    output of ours (e.g. holds our index metadata), so `--overwrite` never deletes a folder of someone else's.
+    An existing `path` (other than an empty folder) is refused unless `overwrite`. A folder is replaced only
+    when `owned(path)` says it is an output of ours (e.g. holds our index metadata), so `--overwrite` never
+    deletes a folder of someone else's.
     On an exception, Ctrl-C or SIGTERM the temporary is removed and `path` is left as it was.
     """
     path = Path(path)

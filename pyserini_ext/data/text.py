@@ -51,3 +51,13 @@ def document_texts(texts: Sequence[str | None], titles: Sequence[str | None] | N
     joined = [join_title(None, t) for t in texts] if titles is None else [
         join_title(title, text) for title, text in zip(titles, texts)]
     return sanitize_texts(joined, where)
+
+
+def corpus_fingerprint(corpus: Mapping[str, Mapping[str, str | None]]) -> str:
+    """Hash of the docids and texts in order: an encoding cache records it and is refused for another corpus."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for docid, doc in corpus.items():
+        digest.update(f"{docid}\0{document_text(doc)}\0".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
