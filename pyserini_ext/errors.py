@@ -22,6 +22,10 @@ class OptionError(PyseriniExtError, ValueError):
     """An option value does not fit the model, index or data it is used with (e.g. a dimension mismatch)."""
 
 
+class IndexFolderError(PyseriniExtError, ValueError):
+    """An index folder is missing, incomplete, corrupt, not of the expected kind, or does not fit its model."""
+
+
 class OutputExistsError(PyseriniExtError, FileExistsError):
     """An output already exists and `--overwrite` was not given, or it is not ours to replace."""
 

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from pyserini_ext.data import atomic_output, check_id
 from pyserini_ext.data.text import corpus_fingerprint, document_text, sanitize_texts
-from pyserini_ext.errors import CacheMismatchError, OutputExistsError
+from pyserini_ext.errors import CacheMismatchError, IndexFolderError, OutputExistsError
 from pyserini_ext.models.aligner import DOCUMENT, AlignerModel
 
 INDEX_FORMAT = "pyserini-ext-aligner-index/1"
@@ -43,7 +43,7 @@ CANDIDATE_INDEXES = ("flat", "ivfpq", "hnsw")
 ENCODED_FILE = "encoded.npz"
 
 
-class AlignerIndexError(RuntimeError):
+class AlignerIndexError(IndexFolderError):
     """An AligneR index folder is missing, incomplete, corrupt, or does not fit the model used with it."""
 
 

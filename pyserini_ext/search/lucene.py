@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pyserini.search.lucene import LuceneSearcher
 
 from java_bridge.lucene import bm25_similarity, jelinek_mercer_similarity, set_searcher_similarity, weighted_terms_query
+from pyserini_ext.errors import IndexFolderError, OptionError
 from pyserini_ext.index.deepct import (
     DEFAULT_ANALYZER,
     METADATA_FILE,
@@ -37,6 +38,8 @@ class ClassicLuceneSearcher(LuceneSearcher):
     def __init__(self, index_dir: str | os.PathLike, analyzer: AnalyzerSettings | None = None):
         if not os.path.isdir(index_dir):
             raise FileNotFoundError(f"{index_dir}: no such index folder")
+        if not any(name.startswith("segments_") for name in os.listdir(index_dir)):
+            raise IndexFolderError(f"{index_dir}: not a Lucene index (no segments_* file)")
         super().__init__(str(index_dir))
         if analyzer is None and os.path.isfile(os.path.join(index_dir, METADATA_FILE)):
             analyzer = AnalyzerSettings(**read_index_metadata(index_dir)["analyzer"])
@@ -96,6 +99,8 @@ class ClassicLuceneSearcher(LuceneSearcher):
         A query that yields no term (empty, only stopwords, no known word) gets no hits and is counted in a
         warning rather than stopping the run.
         """
+        if k < 1:  # Anserini's batch search fails obscurely (and search() silently) on k < 1
+            raise OptionError(f"the number of hits must be >= 1, got {k}")
         if query_weights is None:
             qids = list(topics)
             limit = max_clause_count()
