@@ -55,6 +55,8 @@ class ClassicLuceneSearcher(LuceneSearcher):
         self.model = f"bm25 k1={k1} b={b}"
 
     def set_qld(self, mu: float = 1000.0) -> None:
+        if not mu > 0:
+            raise OptionError(f"Dirichlet mu must be > 0, got {mu}")
         super().set_qld(mu)
         self.model = f"qld mu={mu}"
 
