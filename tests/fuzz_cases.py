@@ -109,7 +109,7 @@ def topics_case(rng: random.Random, max_topics: int = 6, defect_rate: float = 0.
             elif kind == "space":
                 line, case.error_text = f"q {i}\t{text}", "contains ' '"
             elif kind == "empty_id":
-                line, case.error_text = f"\t{text}", "empty query id"
+                line, case.error_text = f"\t{text or 'x'}", "empty query id"  # "\t" alone is a blank line
             elif kind == "control":
                 line, case.error_text = f"q\x07{i}\t{text}", "contains '\\x07'"
             elif kind == "utf8":  # a lone surrogate written raw: invalid UTF-8 bytes; the reader names no line

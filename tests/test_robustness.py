@@ -312,6 +312,16 @@ def test_queries_beyond_the_clause_limit_are_cut_not_fatal(tmp_path, capsys, cap
     assert_one_line_error(code, err, "hits must be >= 1")
 
 
+def test_batch_size_below_one_is_an_error_not_an_empty_index(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    for group, model in (("deepct", DEEPCT_MODEL), ("aligner", ALIGNER_MODEL)):
+        out = tmp_path / f"{group}-index"
+        code, err = run_cli([group, "index", "--model", str(model), "--corpus", str(corpus), "--output", str(out),
+                             "--batch-size", "-1"], capsys)
+        assert_one_line_error(code, err, "batch size must be >= 1, got -1")
+        assert no_leftovers(out)
+
+
 # ---- case 6: lone surrogates, dimensions ------------------------------------------------------------------
 def test_lone_surrogates_are_replaced_and_counted(tmp_path, caplog, tiny_aggretriever):
     from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from pyserini_ext.data import load_dataset, read_corpus, read_topics
-from pyserini_ext.errors import OutputExistsError
+from pyserini_ext.errors import OptionError, OutputExistsError
 
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
 
@@ -71,7 +71,7 @@ def _index(args: argparse.Namespace) -> int:
 
 def _queries(args: argparse.Namespace) -> dict[str, str]:
     if bool(args.topics) == bool(args.dataset):
-        raise SystemExit("give exactly one of --topics (Pyserini TSV) or --dataset (with --split)")
+        raise OptionError("give exactly one of --topics (Pyserini TSV) or --dataset (with --split)")
     if args.topics:
         return read_topics(args.topics)
     return load_dataset(args.dataset).split_queries(args.split)

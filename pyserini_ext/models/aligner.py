@@ -192,6 +192,8 @@ class AlignerModel(nn.Module):
 
         Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only.
         """
+        if batch_size < 1:  # range() would silently encode nothing
+            raise ValueError(f"batch size must be >= 1, got {batch_size}")
         self.eval()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)

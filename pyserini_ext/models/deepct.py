@@ -155,6 +155,8 @@ class DeepCTModel(torch.nn.Module):
 
         Windows of `max_length` pieces cover the whole text, so no word is lost to truncation.
         """
+        if batch_size < 1:  # range() would silently weigh nothing
+            raise ValueError(f"batch size must be >= 1, got {batch_size}")
         device = next(self.parameters()).device
         per_text_windows = [pack_windows(split_words(self.tokenizer, t), self.max_length) for t in texts]
         flat = [(i, w) for i, windows in enumerate(per_text_windows) for w in windows]
