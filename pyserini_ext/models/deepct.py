@@ -2,8 +2,9 @@
 
 The model IS a Hugging Face token-classification model with one label, so a saved folder loads with
 `AutoModelForTokenClassification.from_pretrained(folder)` and any such checkpoint (e.g. the public PyTorch
-conversion of the original DeepCT) loads here. A plain BERT folder (the backbone) loads too; its regression
-head is then freshly initialised (seeded by the caller).
+conversion of the original DeepCT, macavaney/deepct) loads with `from_pretrained`. Any other folder is refused
+there (a backbone would silently get a random head); `from_backbone` starts a model from a plain BERT folder with
+a freshly initialised regression head (seeded by the caller) for training.
 
 Words: the tokenizer's own pre-tokenisation (lower-casing, accent stripping, splitting at whitespace and
 punctuation for BERT uncased) defines the words; a word's text is its word pieces joined (without "##").
