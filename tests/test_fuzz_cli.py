@@ -111,7 +111,7 @@ def test_fuzz_corpus_and_queries_through_data_export(cases, tmp_path, capsys):
 
 
 # ---- corpora through `deepct index` (model, Lucene writer) -------------------------------------------------
-@pytest.mark.parametrize("cases", sizes(6, 60))
+@pytest.mark.parametrize("cases", sizes(4, 60))
 def test_fuzz_corpus_through_deepct_index(cases, tmp_path, capsys):
     rng, outcomes = random.Random(SEED + 1), Outcomes("deepct index --corpus")
     for n in range(cases):
@@ -166,7 +166,7 @@ def check_run(run_file: Path, topics: Case, hits: int) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("cases", sizes(40, 400))
+@pytest.mark.parametrize("cases", sizes(25, 400))
 def test_fuzz_topics_and_options_through_lucene_search(cases, tmp_path, capsys, small_index):
     rng, outcomes = random.Random(SEED + 2), Outcomes("lucene search (topics, options)")
     for n in range(cases):
@@ -187,7 +187,7 @@ def test_fuzz_topics_and_options_through_lucene_search(cases, tmp_path, capsys, 
 
 
 # ---- corpora, topics and options through `aligner index` + `aligner search` ------------------------------
-@pytest.mark.parametrize("cases", sizes(5, 40))
+@pytest.mark.parametrize("cases", sizes(3, 40))
 def test_fuzz_aligner_index_and_search(cases, tmp_path, capsys, one_thread):
     rng, outcomes = random.Random(SEED + 3), Outcomes("aligner index + search")
     for n in range(cases):
