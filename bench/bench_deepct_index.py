@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyserini_ext.data import load_dataset
+from pyserini_ext.data import document_text, load_dataset
 from pyserini_ext.index.deepct import (
     index_json_collection,
     merge_word_weights,
@@ -22,7 +22,6 @@ from pyserini_ext.index.deepct import (
     write_term_frequency_index,
 )
 from pyserini_ext.models.deepct import DeepCTModel
-from pyserini_ext.train.deepct import passage_text
 
 
 def folder_size(path: Path) -> int:
@@ -38,7 +37,7 @@ def main() -> None:
     corpus = load_dataset(args.dataset).corpus
     docids = sorted(corpus)[:args.docs]
     model = DeepCTModel.from_pretrained(args.model)
-    weights = model.word_weights([passage_text(corpus[d]) for d in docids])
+    weights = model.word_weights([document_text(corpus[d]) for d in docids])
     word_tfs = {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(docids, weights)}
     total_tf = sum(sum(t.values()) for t in word_tfs.values())
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pyserini_ext.data import atomic_output
+
 # trec_eval flags for the metrics we report; "-l 2" style relevance levels can be prepended by callers
 METRIC_FLAGS = {
     "ndcg_cut_10": ["-m", "ndcg_cut.10"],
@@ -22,14 +24,11 @@ def write_trec_run(results: Mapping[str, Sequence[tuple[str, float]]], path: str
                    tag: str = "pyserini-ext") -> Path:
     """`qid Q0 docid rank score tag` lines; hits are sorted by score (ties: docid) before ranking."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_output(path, overwrite=True) as tmp, open(tmp, "w", encoding="utf-8") as f:  # runs: replaced
         for qid, hits in results.items():
             ranked = sorted(hits, key=lambda h: (-h[1], h[0]))
             for rank, (docid, score) in enumerate(ranked, start=1):
                 f.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
-    os.replace(tmp, path)
     return path
 
 

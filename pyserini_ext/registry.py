@@ -6,9 +6,11 @@ Pyserini 1.6 has no plugin mechanism: encoder classes live in two plain dicts in
 `register_with_pyserini` runs right after `pyserini.encode` is imported (a post-import hook set up by
 `_startup.py`) and
   * adds our classes to both dicts (`aggretriever` replaces Pyserini's own, which fails on transformers 5),
-  * extends any `--encoder-class` option that has `choices` with our names,
-  * remembers an explicit `--max-length` given to those commands, because Pyserini's faiss/hybrid searchers
-    never pass it to query encoders (`cli_max_length`).
+  * extends the `--encoder-class` choices of Pyserini's own parsers (those built by code in a `pyserini.*`
+    module; any other parser in the process is left alone) with our names,
+  * remembers what those parsers parsed that our encoders must check before Pyserini starts writing:
+    an explicit `--max-length` (Pyserini's faiss/hybrid searchers never pass it to query encoders:
+    `cli_max_length`), and `--dimension`, `--to-faiss`, `--index` (`cli_option`).
 `register_impact_encoders` runs after `pyserini.search.lucene._impact_searcher` is imported: Pyserini resolves
 `--impact --encoder X` by substrings of X and ignores the class maps, so a DeepCT model folder (one holding
 `deepct_config.json`) is resolved to our `deepct` query encoder there.
@@ -90,25 +92,50 @@ def cli_max_length() -> int | None:
     return _cli_options.get("max_length")
 
 
+def cli_option(name: str):
+    """`dimension`, `to_faiss` or `index` as parsed by a Pyserini command in this process, else None."""
+    return _cli_options.get(name)
+
+
+REMEMBERED_OPTIONS = ("dimension", "to_faiss", "index")  # parsed values, defaults included
+
+
+def _called_from_pyserini(depth: int) -> bool:
+    caller = sys._getframe(depth + 1).f_globals
+    spec = caller.get("__spec__")
+    module = spec.name if spec is not None else caller.get("__name__", "")
+    return module == "pyserini" or module.startswith("pyserini.")
+
+
 def _extend_encoder_class_choices(add_argument):
     def wrapped(self, *args, **kwargs):
+        from_pyserini = _called_from_pyserini(1)
         choices = kwargs.get("choices")
-        if ENCODER_CLASS_OPTION in args and isinstance(choices, (list, tuple)):
+        if from_pyserini and ENCODER_CLASS_OPTION in args and isinstance(choices, (list, tuple)):
             kwargs["choices"] = list(choices) + [n for n in ENCODERS if n not in choices]
-        return add_argument(self, *args, **kwargs)
+        action = add_argument(self, *args, **kwargs)
+        action._from_pyserini = from_pyserini
+        return action
 
     wrapped._pyserini_ext = True
     return wrapped
 
 
-def _remember_max_length(parse_known_args):
+def _remember_options(parse_known_args):
     def wrapped(self, args=None, namespace=None):
         result = parse_known_args(self, args, namespace)
+        ours = {a.dest for a in self._actions if getattr(a, "_from_pyserini", False)}
+        if not ours:  # not one of Pyserini's parsers
+            return result
+        parsed = vars(result[0])
         given = sys.argv[1:] if args is None else list(args)
-        if ENCODER_CLASS_OPTION in self._option_string_actions and any(
+        if "max_length" in ours and "max_length" in parsed and any(
             a == "--max-length" or a.startswith("--max-length=") for a in given
         ):
-            _cli_options["max_length"] = result[0].max_length
+            _cli_options["max_length"] = parsed["max_length"]
+        for name in REMEMBERED_OPTIONS:
+            if name in ours and name in parsed:
+                _cli_options[name] = parsed[name]
         return result
 
     wrapped._pyserini_ext = True
@@ -121,7 +148,7 @@ def _patch_argparse() -> None:
         container.add_argument = _extend_encoder_class_choices(container.add_argument)
     parser = argparse.ArgumentParser
     if not getattr(parser.parse_known_args, "_pyserini_ext", False):
-        parser.parse_known_args = _remember_max_length(parser.parse_known_args)
+        parser.parse_known_args = _remember_options(parser.parse_known_args)
 
 
 DEEPCT_MODEL_MARKER = "deepct_config.json"

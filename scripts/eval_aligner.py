@@ -99,7 +99,7 @@ def main() -> None:
     qrels = dataset.qrels(args.split)
     queries = dataset.split_queries(args.split)
     qrels_path = write_trec_qrels(qrels, workdir / "qrels.txt")
-    model = AlignerModel.load(args.model)
+    model = AlignerModel.from_pretrained(args.model)
     cache = workdir / "encoded.npz"
     if cache.is_file() and EncodedCorpus.load(cache).model_info.get("fingerprint") == model.fingerprint():
         encoded = EncodedCorpus.load(cache)

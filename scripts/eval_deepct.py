@@ -135,7 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     model = DeepCTModel.from_pretrained(args.model)
     torch.manual_seed(args.seed)
-    untrained = DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    untrained = DeepCTModel.from_backbone(backbone_path("splade-tiny"))
     scifact, tuning = run_rows("scifact", model, untrained, args.work, None)
     dl19_tuning = {"bm25": DL19_BM25, "deepct_bm25": DL19_DEEPCT_BM25, "qljm": tuning["qljm"]}
     dl19, _ = run_rows("msmarco-dl19-subset", model, None, args.work, dl19_tuning)

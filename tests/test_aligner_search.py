@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from pyserini_ext.data import load_dataset, write_json_collection, write_trec_qrels
+from pyserini_ext.data import document_text, load_dataset, write_json_collection, write_trec_qrels
 from pyserini_ext.evaluation import trec_eval, write_trec_run
 from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, EncodedCorpus, build_index, encode_corpus
-from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel, document_text
+from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import Alignment, alignment_scores
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.search.adaptation import ALIGNMENT_OPTIONS, adapt_alignment, ndcg_at_10
@@ -40,8 +40,8 @@ def model(tmp_path_factory):
     torch.manual_seed(0)
     model = AlignerModel.from_backbone(backbone_path("splade-tiny"), AlignerConfig(doc_max_length=128)).eval()
     folder = tmp_path_factory.mktemp("model") / "aligner"
-    model.save(folder)
-    return AlignerModel.load(folder), folder
+    model.save_pretrained(folder)
+    return AlignerModel.from_pretrained(folder), folder
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from pyserini_ext.data import load_dataset, write_topics, write_trec_qrels
+from pyserini_ext.data import document_text, load_dataset, write_topics, write_trec_qrels
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder, DeepCTQueryWeigher
 from pyserini_ext.evaluation import read_trec_run, trec_eval, write_trec_run
 from pyserini_ext.index.deepct import (
@@ -27,7 +27,7 @@ from pyserini_ext.index.deepct import (
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
-from pyserini_ext.train.deepct import passage_text, train_deepct
+from pyserini_ext.train.deepct import train_deepct
 from pyserini_ext.train.loop import TrainConfig, set_seed
 
 
@@ -39,7 +39,7 @@ def scifact():
 @pytest.fixture(scope="module")
 def untrained() -> DeepCTModel:
     torch.manual_seed(0)
-    return DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    return DeepCTModel.from_backbone(backbone_path("splade-tiny"))
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def small_corpus(scifact):
 
 @pytest.fixture(scope="module")
 def word_tfs(untrained, small_corpus):
-    texts = [passage_text(small_corpus[d]) for d in small_corpus]
+    texts = [document_text(small_corpus[d]) for d in small_corpus]
     weights = untrained.word_weights(texts)
     return {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(small_corpus, weights)}
 
@@ -179,7 +179,7 @@ def test_end_to_end_trained_beats_untrained(scifact, tmp_path):
     assert len(losses) == 72 and sum(losses[-10:]) < sum(losses[:10])
     assert json.loads((tmp_path / "model" / "training_log.json").read_text())["losses"] == losses
     set_seed(seed)
-    untrained = DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    untrained = DeepCTModel.from_backbone(backbone_path("splade-tiny"))
     qrels = scifact.qrels("test")
     judged = {d for j in qrels.values() for d in j}
     docids = sorted(judged) + random.Random(0).sample(sorted(set(scifact.corpus) - judged), 1000)

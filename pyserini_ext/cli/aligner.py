@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
+
+from pyserini_ext.data import load_dataset, read_corpus, read_topics
+from pyserini_ext.errors import OptionError, OutputExistsError
 
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
 
@@ -18,7 +20,6 @@ def _dataset_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pyserini_ext.data import load_dataset
     from pyserini_ext.models.aligner import AlignerConfig
     from pyserini_ext.models.backbones import BACKBONES, backbone_path
     from pyserini_ext.train.aligner import AlignerLossConfig, train_aligner
@@ -38,56 +39,24 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_json_collection(path: str | os.PathLike) -> dict[str, dict[str, str]]:
-    """A Pyserini JsonCollection (folder of .json/.jsonl files, or one file): id + contents, or id + title/text."""
-    from pyserini_ext.data.beir import iter_jsonl
-    path = Path(path)
-    files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl")) if path.is_dir() else [path]
-    if not files:
-        raise FileNotFoundError(f"{path}: no .json/.jsonl files (expected a Pyserini JsonCollection)")
-    corpus: dict[str, dict[str, str]] = {}
-    for file in files:
-        for line_no, record in enumerate(iter_jsonl(file), start=1):
-            docid = record.get("id", record.get("_id"))
-            if docid is None:
-                raise ValueError(f"{file}:{line_no}: record without 'id'")
-            if "text" in record or "title" in record:
-                corpus[str(docid)] = {"title": record.get("title") or "", "text": record.get("text") or ""}
-            else:
-                corpus[str(docid)] = {"title": "", "text": record.get("contents") or ""}
-    return corpus
-
-
-def _read_topics(path: str | os.PathLike) -> dict[str, str]:
-    """Pyserini TSV topics: qid <tab> query per line."""
-    topics = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if line.strip():
-                qid, sep, text = line.rstrip("\n").partition("\t")
-                if not sep:
-                    raise ValueError(f"{path}:{line_no}: expected 'qid<TAB>query'")
-                topics[qid] = text
-    return topics
-
-
 def _index(args: argparse.Namespace) -> int:
     from pyserini_ext.index.aligner import EncodedCorpus, build_index, encode_corpus
     from pyserini_ext.models.aligner import AlignerModel
-    encoded = None
-    if args.encoded and Path(args.encoded).is_file():
+    cached = bool(args.encoded) and Path(args.encoded).is_file()
+    if not cached and bool(args.corpus) == bool(args.dataset):
+        print("pyserini-ext aligner index: give exactly one of --corpus (JsonCollection) or --dataset",
+              file=sys.stderr)
+        return 2
+    if Path(args.output).exists() and not args.overwrite:  # before the encoding work
+        raise OutputExistsError(f"{args.output} exists; pass --overwrite to replace it")
+    corpus = None
+    if args.corpus or args.dataset:
+        corpus = read_corpus(args.corpus) if args.corpus else load_dataset(args.dataset).corpus
+    model = AlignerModel.from_pretrained(args.model, device=args.device)
+    if cached:
         encoded = EncodedCorpus.load(args.encoded)
-    if encoded is None:
-        if bool(args.corpus) == bool(args.dataset):
-            print("pyserini-ext aligner index: give exactly one of --corpus (JsonCollection) or --dataset",
-                  file=sys.stderr)
-            return 2
-        if args.corpus:
-            corpus = read_json_collection(args.corpus)
-        else:
-            from pyserini_ext.data import load_dataset
-            corpus = load_dataset(args.dataset).corpus
-        model = AlignerModel.load(args.model, device=args.device)
+        encoded.check_matches(args.encoded, model, corpus, args.max_length)
+    else:
         encoded = encode_corpus(model, corpus, batch_size=args.batch_size, max_length=args.max_length,
                                 fp16=args.fp16, model_path=str(Path(args.model).resolve()))
         if args.encoded:
@@ -102,10 +71,9 @@ def _index(args: argparse.Namespace) -> int:
 
 def _queries(args: argparse.Namespace) -> dict[str, str]:
     if bool(args.topics) == bool(args.dataset):
-        raise SystemExit("give exactly one of --topics (Pyserini TSV) or --dataset (with --split)")
+        raise OptionError("give exactly one of --topics (Pyserini TSV) or --dataset (with --split)")
     if args.topics:
-        return _read_topics(args.topics)
-    from pyserini_ext.data import load_dataset
+        return read_topics(args.topics)
     return load_dataset(args.dataset).split_queries(args.split)
 
 
@@ -132,7 +100,7 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _adapt(args: argparse.Namespace) -> int:
-    from pyserini_ext.data import load_dataset, write_trec_qrels
+    from pyserini_ext.data import write_trec_qrels
     from pyserini_ext.evaluation import trec_eval, write_trec_run
     from pyserini_ext.models.alignment import Alignment
     from pyserini_ext.search.adaptation import adapt_alignment, split_labelled

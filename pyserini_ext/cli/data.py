@@ -19,8 +19,11 @@ def main(argv: list[str]) -> int:
 
     dataset = load_dataset(args.dataset, download=not args.no_download)
     out = Path(args.output)
-    print(write_json_collection(dataset.corpus, out / "collection"))
-    for split in args.split or dataset.splits():
-        print(write_topics(dataset.split_queries(split), out / f"topics.{split}.tsv"))
-        print(write_trec_qrels(dataset.qrels(split), out / f"qrels.{split}.txt"))
+    # read (and check) everything before writing anything: a bad line leaves no partial export
+    corpus = dataset.corpus
+    splits = {split: (dataset.split_queries(split), dataset.qrels(split)) for split in args.split or dataset.splits()}
+    print(write_json_collection(corpus, out / "collection"))
+    for split, (queries, qrels) in splits.items():
+        print(write_topics(queries, out / f"topics.{split}.tsv"))
+        print(write_trec_qrels(qrels, out / f"qrels.{split}.txt"))
     return 0

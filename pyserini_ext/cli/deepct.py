@@ -14,12 +14,13 @@ import json
 import logging
 from pathlib import Path
 
-from pyserini_ext.cli.lucene import add_search_arguments, make_searcher, read_topics, write_run
+from pyserini_ext.cli.lucene import add_search_arguments, make_searcher, write_run
+from pyserini_ext.data import load_dataset, read_corpus, read_topics
+from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.index.deepct import STEMMERS, TF_MODES, AnalyzerSettings
 
 
 def _train(args: argparse.Namespace) -> None:
-    from pyserini_ext.data import load_dataset
     from pyserini_ext.models.backbones import BACKBONES, backbone_path
     from pyserini_ext.train.deepct import train_deepct
     from pyserini_ext.train.loop import TrainConfig
@@ -35,19 +36,12 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _index(args: argparse.Namespace) -> None:
-    from pyserini_ext.data import load_dataset
     from pyserini_ext.index.deepct import build_deepct_index
     from pyserini_ext.models.deepct import DeepCTModel
 
-    if args.dataset:
-        corpus = load_dataset(args.dataset).corpus
-    else:
-        with open(args.corpus, encoding="utf-8") as f:
-            corpus = {}
-            for line in f:
-                if line.strip():
-                    doc = json.loads(line)
-                    corpus[str(doc.get("_id", doc.get("id")))] = doc
+    if args.output.exists() and not args.overwrite:  # before the weighing work
+        raise OutputExistsError(f"{args.output} exists; pass --overwrite to replace it")
+    corpus = load_dataset(args.dataset).corpus if args.dataset else read_corpus(args.corpus)
     model = DeepCTModel.from_pretrained(args.model, max_length=args.max_length).to(args.device)
     report = build_deepct_index(model, corpus, args.output, scale=args.scale, mode=args.mode,
                                 analyzer=AnalyzerSettings(args.stemmer, args.keep_stopwords),

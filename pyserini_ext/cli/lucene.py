@@ -6,25 +6,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 
+from pyserini_ext.data import read_topics
 from pyserini_ext.index.deepct import STEMMERS, AnalyzerSettings
-
-
-def read_topics(path: str | os.PathLike) -> dict[str, str]:
-    """Pyserini TSV topics (`qid \\t text`)."""
-    topics = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            qid, sep, text = line.rstrip("\n").partition("\t")
-            if not sep:
-                raise ValueError(f"{path}:{line_no}: expected `qid<TAB>text`, got {line!r}")
-            topics[qid] = text
-    if not topics:
-        raise ValueError(f"{path}: no topics")
-    return topics
 
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,11 +28,3 @@ def autocast_context(device: torch.device, precision: str = "float32"):
                       stacklevel=3)
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=PRECISIONS[precision])
-
-
-def join_titles(texts: list[str | None], titles: list[str | None] | None) -> list[str]:
-    """Pyserini's convention for title + text inputs (`--fields title text`); its reader gives None for
-    empty fields."""
-    if titles is None:
-        return [text or "" for text in texts]
-    return [f"{title} {text or ''}".strip() if title else text or "" for title, text in zip(titles, texts)]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
-from transformers import AutoTokenizer
 
 from pyserini_ext import registry
-from pyserini_ext.encode._torch import autocast_context, join_titles, resolve_device
-from pyserini_ext.models.aggretriever import Aggretriever, resolve_model_folder
+from pyserini_ext.data.text import document_texts, sanitize_texts
+from pyserini_ext.encode._torch import autocast_context, resolve_device
+from pyserini_ext.encode.preflight import check_dimension
+from pyserini_ext.models.aggretriever import Aggretriever
+from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
 QUERY_MAX_LENGTH = 32  # as trained and as Pyserini encodes queries
@@ -22,7 +24,8 @@ class _AggretrieverEncoder:
         self.device = resolve_device(device)
         self.precision = precision
         self.model = Aggretriever.from_pretrained(folder).to(self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or folder)
+        self.tokenizer = load_tokenizer(tokenizer_name or folder)
+        check_dimension(self.model.dim, "aggretriever")
 
     @torch.inference_mode()
     def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None) -> np.ndarray:
@@ -45,7 +48,7 @@ class AggretrieverDocumentEncoder(DocumentEncoder):
 
     def encode(self, texts: list[str], titles: list[str] | None = None, fp16: bool = False,
                max_length: int = DOCUMENT_MAX_LENGTH, **kwargs) -> np.ndarray:
-        return self._encoder.encode_texts(join_titles(texts, titles), max_length, "float16" if fp16 else None)
+        return self._encoder.encode_texts(document_texts(texts, titles), max_length, "float16" if fp16 else None)
 
 
 class AggretrieverQueryEncoder(QueryEncoder):
@@ -73,4 +76,4 @@ class AggretrieverQueryEncoder(QueryEncoder):
             if query not in self.embedding:
                 raise KeyError(f"query {query!r} is not among the pre-encoded queries")
             return np.asarray(self.embedding[query], dtype=np.float32)
-        return self._encoder.encode_texts([query], max_length or self.max_length)[0]
+        return self._encoder.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]

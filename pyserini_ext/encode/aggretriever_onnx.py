@@ -20,12 +20,13 @@ import numpy as np
 import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
 from torch import nn
-from transformers import AutoTokenizer
 
 from pyserini_ext import registry
-from pyserini_ext.encode._torch import join_titles
+from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH, QUERY_MAX_LENGTH
-from pyserini_ext.models.aggretriever import WEIGHTS_NAME, Aggretriever, aggregate, resolve_model_folder
+from pyserini_ext.encode.preflight import check_dimension
+from pyserini_ext.models.aggretriever import WEIGHTS_NAME, Aggretriever, aggregate
+from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 BODY, LEXICAL = "body.onnx", "lexical.onnx"
 OPSET = 17
@@ -116,7 +117,8 @@ class _OnnxAggretriever:
         self.body = ort.InferenceSession(str(onnx_folder / BODY), options, providers=["CPUExecutionProvider"])
         self.lexical = ort.InferenceSession(str(onnx_folder / LEXICAL), options,
                                             providers=["CPUExecutionProvider"])
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or folder)
+        self.tokenizer = load_tokenizer(tokenizer_name or folder)
+        check_dimension(self.config.cls_dim + self.config.agg_dim, "aggretriever-onnx")
         self.position_chunk = 512
 
     def encode_texts(self, texts: list[str], max_length: int) -> np.ndarray:
@@ -149,7 +151,7 @@ class AggretrieverOnnxDocumentEncoder(DocumentEncoder):
 
     def encode(self, texts: list[str], titles: list[str] | None = None, max_length: int = DOCUMENT_MAX_LENGTH,
                **kwargs) -> np.ndarray:
-        return self._encoder.encode_texts(join_titles(texts, titles), max_length)
+        return self._encoder.encode_texts(document_texts(texts, titles), max_length)
 
 
 class AggretrieverOnnxQueryEncoder(QueryEncoder):
@@ -167,4 +169,4 @@ class AggretrieverOnnxQueryEncoder(QueryEncoder):
     def encode(self, query: str, max_length: int | None = None, **kwargs) -> np.ndarray:
         if not self.has_model:
             return np.asarray(self.embedding[query], dtype=np.float32)
-        return self._encoder.encode_texts([query], max_length or self.max_length)[0]
+        return self._encoder.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
 
+from pyserini_ext.data.text import document_texts, sanitize_texts
+from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel
 from pyserini_ext.models.alignment import pool_vectors
 
@@ -31,7 +33,8 @@ class _AlignerEncoder:
     kind: str
 
     def _load(self, model_name: str | os.PathLike, device: str) -> None:
-        self.model = AlignerModel.load(model_name, device=_device(device))
+        self.model = AlignerModel.from_pretrained(model_name, device=_device(device))
+        check_dimension(self.model.config.dim, "aligner")
 
     @torch.no_grad()
     def encode_tokens(self, texts: list[str], max_length: int | None = None, beta: float = 1.0,
@@ -62,9 +65,7 @@ class AlignerDocumentEncoder(_AlignerEncoder, DocumentEncoder):
     def encode(self, texts: list[str], titles: list[str] | None = None, max_length: int = 256, fp16: bool = False,
                add_sep: bool = False, **_ignored) -> np.ndarray:
         """Pooled vectors [len(texts), dim] (see the module docstring); titles are joined as in our index."""
-        if titles is not None:
-            texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
-        return self._pooled(list(texts), max_length, fp16)
+        return self._pooled(document_texts(texts, titles), max_length, fp16)
 
 
 class AlignerQueryEncoder(_AlignerEncoder, QueryEncoder):
@@ -83,4 +84,4 @@ class AlignerQueryEncoder(_AlignerEncoder, QueryEncoder):
     def encode(self, query: str, max_length: int | None = None, **_ignored) -> np.ndarray:
         if self.has_encoded_query:
             return super().encode(query)
-        return self._pooled([query], max_length, self.fp16)[0]
+        return self._pooled(sanitize_texts([query], "query"), max_length, self.fp16)[0]

@@ -13,6 +13,7 @@ import os
 
 from pyserini.encode import QueryEncoder
 
+from pyserini_ext.data.text import sanitize_texts
 from pyserini_ext.index.deepct import (
     DEFAULT_ANALYZER,
     AnalyzerSettings,
@@ -28,7 +29,7 @@ class DeepCTQueryWeigher:
         self.model = model if isinstance(model, DeepCTModel) else DeepCTModel.from_pretrained(model)
 
     def __call__(self, text: str) -> dict[str, float]:
-        return merge_word_weights(self.model.word_weights([text])[0])
+        return merge_word_weights(self.model.word_weights(sanitize_texts([text], "query"))[0])
 
 
 class DeepCTQueryEncoder(QueryEncoder):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +31,10 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from pyserini_ext.models.aligner import DOCUMENT, AlignerModel, document_text
+from pyserini_ext.data import atomic_output, check_id
+from pyserini_ext.data.text import corpus_fingerprint, document_text, sanitize_texts
+from pyserini_ext.errors import CacheMismatchError, IndexFolderError, OutputExistsError
+from pyserini_ext.models.aligner import DOCUMENT, AlignerModel
 
 INDEX_FORMAT = "pyserini-ext-aligner-index/1"
 METADATA_FILE = "metadata.json"
@@ -41,7 +43,7 @@ CANDIDATE_INDEXES = ("flat", "ivfpq", "hnsw")
 ENCODED_FILE = "encoded.npz"
 
 
-class AlignerIndexError(RuntimeError):
+class AlignerIndexError(IndexFolderError):
     """An AligneR index folder is missing, incomplete, corrupt, or does not fit the model used with it."""
 
 
@@ -52,19 +54,33 @@ class EncodedCorpus:
     offsets: np.ndarray
     vectors: np.ndarray
     salience_scores: np.ndarray
-    model_info: dict = field(default_factory=dict)  # path, fingerprint, doc_max_length
+    model_info: dict = field(default_factory=dict)  # path, fingerprint, doc_max_length, corpus_fingerprint
     truncated: int = 0  # documents cut at doc_max_length tokens
     skipped_empty: list[str] = field(default_factory=list)
 
     def save(self, path: str | os.PathLike) -> Path:
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, offsets=self.offsets, vectors=self.vectors, salience_scores=self.salience_scores,
-                 docids=np.array(self.docids, dtype=str),
-                 info=np.array(json.dumps({"model": self.model_info, "truncated": self.truncated,
-                                           "skipped_empty": self.skipped_empty})))
-        os.replace(tmp, path)
+        with atomic_output(path, overwrite=True) as tmp, open(tmp, "wb") as f:
+            np.savez(f, offsets=self.offsets, vectors=self.vectors, salience_scores=self.salience_scores,
+                     docids=np.array(self.docids, dtype=str),
+                     info=np.array(json.dumps({"model": self.model_info, "truncated": self.truncated,
+                                               "skipped_empty": self.skipped_empty})))
         return path
+
+    def check_matches(self, path: str | os.PathLike, model: AlignerModel,
+                      corpus: Mapping[str, Mapping[str, str]] | None = None, max_length: int | None = None) -> None:
+        """Refuse a cache made with another model or max length, or from another corpus (when one is given)."""
+        if max_length and max_length != self.model_info.get("doc_max_length"):
+            raise CacheMismatchError(f"{path}: encoding cache made with max length "
+                                     f"{self.model_info.get('doc_max_length')}, not {max_length}; delete it or "
+                                     "give another --encoded")
+        made_with = self.model_info.get("fingerprint")
+        if made_with != model.fingerprint():
+            raise CacheMismatchError(f"{path}: encoding cache made with another model (fingerprint {made_with}, "
+                                     f"this model {model.fingerprint()}); delete it or give another --encoded")
+        if corpus is not None and self.model_info.get("corpus_fingerprint") != corpus_fingerprint(corpus):
+            raise CacheMismatchError(f"{path}: encoding cache made from another corpus; delete it or give another "
+                                     "--encoded")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EncodedCorpus:
@@ -85,7 +101,8 @@ def encode_corpus(model: AlignerModel, corpus: Mapping[str, Mapping[str, str]], 
     max_length = max_length or model.config.doc_max_length
     docids, texts, skipped = [], [], []
     for docid, doc in corpus.items():
-        text = document_text(doc)
+        check_id(docid, "corpus")
+        text = sanitize_texts([document_text(doc)], f"document {docid!r}")[0]
         (docids if text else skipped).append(docid)
         if text:
             texts.append(text)
@@ -100,7 +117,7 @@ def encode_corpus(model: AlignerModel, corpus: Mapping[str, Mapping[str, str]], 
         vectors=np.concatenate([v for v, _ in encoded]).astype(np.float16),
         salience_scores=np.concatenate([s for _, s in encoded]).astype(np.float32),
         model_info={"path": model_path, "fingerprint": model.fingerprint(), "doc_max_length": max_length,
-                    "dim": model.config.dim},
+                    "dim": model.config.dim, "corpus_fingerprint": corpus_fingerprint(corpus)},
         truncated=int((lengths >= max_length).sum()), skipped_empty=skipped)
 
 
@@ -147,8 +164,8 @@ def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float
     if candidates not in CANDIDATE_INDEXES:
         raise ValueError(f"candidates must be one of {CANDIDATE_INDEXES}, got {candidates!r}")
     folder = Path(folder)
-    if folder.exists() and not overwrite:
-        raise FileExistsError(f"{folder} exists; pass overwrite=True (--overwrite) to replace it")
+    if folder.exists() and not overwrite:  # before any work; atomic_output checks again when writing
+        raise OutputExistsError(f"{folder} exists; pass overwrite=True (--overwrite) to replace it")
     dim = encoded.vectors.shape[1]
     if dim % pq_m and (codec == "residual-pq" or candidates == "ivfpq"):
         raise ValueError(f"pq_m={pq_m} must divide the vector dimension {dim}")
@@ -162,51 +179,44 @@ def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float
     weights = np.maximum(encoded.salience_scores[kept], 0).astype(np.float16)
     steps.update(1)
 
-    tmp = folder.with_name(f".{folder.name}.building-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        (tmp / "docids.txt").write_text("".join(f"{d}\n" for d in encoded.docids), encoding="utf-8")
-        np.save(tmp / "offsets.npy", offsets)
-        np.save(tmp / "weights.npy", weights)
-        nlist = nlist or default_nlist(len(vectors))
-        trained = None
-        if codec == "residual-pq" or candidates == "ivfpq":
-            trained = _train_ivfpq(vectors, nlist, pq_m, train_size)
-        steps.update(1)
-        if codec == "float16":
-            np.save(tmp / "vectors.npy", vectors)
-        else:
-            faiss.write_index(trained, str(tmp / "codec.faiss"))
-            np.save(tmp / "codes.npy", trained.sa_encode(vectors.astype(np.float32)))
-        steps.update(1)
-        if candidates != "flat":
-            ann = faiss.clone_index(trained) if candidates == "ivfpq" else faiss.index_factory(
-                dim, f"HNSW{hnsw_m}", faiss.METRIC_INNER_PRODUCT)
-            for start in range(0, len(vectors), 65536):
-                ann.add(vectors[start:start + 65536].astype(np.float32))
-            faiss.write_index(ann, str(tmp / "candidates.faiss"))
-        steps.update(1)
-        part_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-        metadata = {
-            "format": INDEX_FORMAT, "model": encoded.model_info, "dim": dim, "beta_d": beta_d, "codec": codec,
-            "candidates": candidates, "nlist": nlist if trained is not None else None,
-            "pq_m": pq_m if trained is not None else None, "hnsw_m": hnsw_m if candidates == "hnsw" else None,
-            "counts": {"documents": len(encoded.docids), "tokens": int(len(vectors)),
-                       "tokens_before_pruning": int(len(encoded.vectors)), "truncated": encoded.truncated,
-                       "skipped_empty": len(encoded.skipped_empty)},
-            "skipped_empty_docids": encoded.skipped_empty[:1000],
-            "bytes": part_bytes, "bytes_per_token": sum(part_bytes.values()) / max(1, len(vectors)),
-            "build_seconds": round(time.time() - started, 2),
-        }
-        # metadata last: a folder without it never opens
-        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with atomic_output(folder, overwrite, owned=lambda p: (p / METADATA_FILE).is_file()) as tmp:
+            tmp.mkdir()
+            (tmp / "docids.txt").write_text("".join(f"{d}\n" for d in encoded.docids), encoding="utf-8")
+            np.save(tmp / "offsets.npy", offsets)
+            np.save(tmp / "weights.npy", weights)
+            nlist = nlist or default_nlist(len(vectors))
+            trained = None
+            if codec == "residual-pq" or candidates == "ivfpq":
+                trained = _train_ivfpq(vectors, nlist, pq_m, train_size)
+            steps.update(1)
+            if codec == "float16":
+                np.save(tmp / "vectors.npy", vectors)
+            else:
+                faiss.write_index(trained, str(tmp / "codec.faiss"))
+                np.save(tmp / "codes.npy", trained.sa_encode(vectors.astype(np.float32)))
+            steps.update(1)
+            if candidates != "flat":
+                ann = faiss.clone_index(trained) if candidates == "ivfpq" else faiss.index_factory(
+                    dim, f"HNSW{hnsw_m}", faiss.METRIC_INNER_PRODUCT)
+                for start in range(0, len(vectors), 65536):
+                    ann.add(vectors[start:start + 65536].astype(np.float32))
+                faiss.write_index(ann, str(tmp / "candidates.faiss"))
+            steps.update(1)
+            part_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
+            metadata = {
+                "format": INDEX_FORMAT, "model": encoded.model_info, "dim": dim, "beta_d": beta_d, "codec": codec,
+                "candidates": candidates, "nlist": nlist if trained is not None else None,
+                "pq_m": pq_m if trained is not None else None, "hnsw_m": hnsw_m if candidates == "hnsw" else None,
+                "counts": {"documents": len(encoded.docids), "tokens": int(len(vectors)),
+                           "tokens_before_pruning": int(len(encoded.vectors)), "truncated": encoded.truncated,
+                           "skipped_empty": len(encoded.skipped_empty)},
+                "skipped_empty_docids": encoded.skipped_empty[:1000],
+                "bytes": part_bytes, "bytes_per_token": sum(part_bytes.values()) / max(1, len(vectors)),
+                "build_seconds": round(time.time() - started, 2),
+            }
+            # metadata last: a folder without it never opens
+            (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1))
     finally:
         steps.close()
     return folder

@@ -23,13 +23,16 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from pyserini_ext.data import atomic_output, check_id
+from pyserini_ext.data.text import document_text, sanitize_texts
+from pyserini_ext.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -124,47 +127,39 @@ def write_term_frequency_index(documents: Iterable[tuple[str, Mapping[str, int],
     """Index (docid, {word: tf}, raw) documents as the pseudo-document index would, atomically.
 
     The index is built in a temporary sibling folder and renamed into place only when complete, with
-    `deepct_index.json` (settings, counts) inside; an interrupted run leaves no index at `out_dir`.
+    `deepct_index.json` (settings, counts) inside; a failed or interrupted (Ctrl-C, SIGTERM) run leaves no index
+    at `out_dir`. `overwrite` replaces only a DeepCT index.
     """
     from java_bridge.lucene import TermFrequencyIndexWriter
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise FileExistsError(f"{out_dir} exists; pass overwrite=True (--overwrite) to replace it")
-    tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp_dir, ignore_errors=True)
-    tmp_dir.parent.mkdir(parents=True, exist_ok=True)
-    words = WordAnalyzer(analyzer)
+    words = WordAnalyzer(analyzer)  # starts the JVM before atomic_output takes over Ctrl-C from it
     report = IndexReport()
     start = time.time()
-    writer = TermFrequencyIndexWriter(tmp_dir)
-    seen: set[str] = set()
-    try:
-        for docid, word_tfs, raw in tqdm(documents, total=total, desc="deepct index", unit="doc"):
-            if docid in seen:
-                raise ValueError(f"duplicate docid {docid!r}")
-            seen.add(docid)
-            term_tfs = {t: int(tf) for t, tf in words.term_weights(word_tfs).items()}
-            writer.add(docid, term_tfs, raw)
-            report.documents += 1
-            report.empty_documents += not term_tfs
-            report.total_tf += sum(term_tfs.values())
-        writer.close()
-    except BaseException:
-        writer.abort()
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
-    report.seconds = time.time() - start
-    if report.empty_documents:
-        logger.warning("%d of %d documents have no term with tf >= 1 (empty text, only stopwords/punctuation, "
-                       "or all weights round to 0); they are kept as empty documents that no query matches",
-                       report.empty_documents, report.documents)
-    info = {"index": "deepct", **(metadata or {}), "analyzer": asdict(analyzer),
-            **asdict(report)}
-    (tmp_dir / METADATA_FILE).write_text(json.dumps(info, indent=1))
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp_dir, out_dir)
+    with atomic_output(out_dir, overwrite, owned=lambda p: (p / METADATA_FILE).is_file()) as tmp_dir:
+        writer = TermFrequencyIndexWriter(tmp_dir)
+        seen: set[str] = set()
+        try:
+            for docid, word_tfs, raw in tqdm(documents, total=total, desc="deepct index", unit="doc"):
+                check_id(docid, "corpus")
+                if docid in seen:
+                    raise InputError(f"duplicate docid {docid!r}")
+                seen.add(docid)
+                term_tfs = {t: int(tf) for t, tf in words.term_weights(word_tfs).items()}
+                writer.add(docid, term_tfs, raw)
+                report.documents += 1
+                report.empty_documents += not term_tfs
+                report.total_tf += sum(term_tfs.values())
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        report.seconds = time.time() - start
+        if report.empty_documents:
+            logger.warning("%d of %d documents have no term with tf >= 1 (empty text, only stopwords/punctuation, "
+                           "or all weights round to 0); they are kept as empty documents that no query matches",
+                           report.empty_documents, report.documents)
+        info = {"index": "deepct", **(metadata or {}), "analyzer": asdict(analyzer), **asdict(report)}
+        (tmp_dir / METADATA_FILE).write_text(json.dumps(info, indent=1))
     return report
 
 
@@ -180,15 +175,13 @@ def build_deepct_index(model, corpus: Mapping[str, Mapping[str, str]], out_dir: 
                        batch_size: int = 64, chunk_docs: int = 256, overwrite: bool = False,
                        model_name: str | None = None) -> IndexReport:
     """Weigh every passage (title + text) with `model` (a DeepCTModel) and write the DeepCT index."""
-    from pyserini_ext.train.deepct import passage_text
-
     term_frequency(0.0, scale, mode)  # validate the mode before any model work
 
     def documents():
         docids = list(corpus)
         for start in range(0, len(docids), chunk_docs):
             chunk = docids[start:start + chunk_docs]
-            texts = [passage_text(corpus[d]) for d in chunk]
+            texts = sanitize_texts((document_text(corpus[d]) for d in chunk), "corpus")
             for docid, text, weights in zip(chunk, texts, model.word_weights(texts, batch_size=batch_size)):
                 yield docid, word_term_frequencies(merge_word_weights(weights), scale, mode), json.dumps(
                     {"id": docid, "contents": text}, ensure_ascii=False)

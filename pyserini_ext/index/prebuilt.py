@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from pyserini_ext.data import atomic_output
+
 CATALOGUE_ENV = "PYSERINI_EXT_CATALOGUE"
 DEFAULT_CATALOGUE = Path(__file__).resolve().parents[2] / "resources" / "prebuilt_indexes.json"
 METADATA_FILES = ("metadata.json", "index_metadata.json", "pyserini_ext_index.json")
@@ -68,13 +70,9 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
     index_dir = Path(index_dir)
     if not index_dir.is_dir() or not any(index_dir.iterdir()):
         raise PrebuiltIndexError(f"{index_dir}: not an index folder (missing or empty)")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tarball = out_dir / f"{name}.tar.gz"
-    partial = tarball.with_name(tarball.name + ".partial")
-    with tarfile.open(partial, "w:gz") as tar:
+    tarball = Path(out_dir) / f"{name}.tar.gz"
+    with atomic_output(tarball, overwrite=True) as partial, tarfile.open(partial, "w:gz") as tar:
         tar.add(index_dir, arcname=name)
-    os.replace(partial, tarball)
     record = {"description": description, "filename": tarball.name,
               "urls": urls or [tarball.resolve().as_uri()], "md5": md5sum(tarball),
               "size_bytes": tarball.stat().st_size,
@@ -84,7 +82,8 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
         path = Path(catalogue)
         entries = load_catalogue(path) if path.is_file() else {}
         entries[name] = record
-        path.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
+        with atomic_output(path, overwrite=True) as tmp:
+            tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
     return record
 
 

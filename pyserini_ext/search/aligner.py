@@ -26,7 +26,7 @@ class AlignerSearcher:
                  beta_q: float = 0.5, alignment: Alignment | str = MAXSIM, neighbours: int = 256,
                  nprobe: int = 32, score_batch: int = 512, check_model: bool = True):
         self.index = index if isinstance(index, AlignerIndex) else AlignerIndex.open(index, nprobe=nprobe)
-        self.model = model if isinstance(model, AlignerModel) else AlignerModel.load(model)
+        self.model = model if isinstance(model, AlignerModel) else AlignerModel.from_pretrained(model)
         if check_model and self.model.fingerprint() != self.index.model_fingerprint:
             built_with = self.index.metadata["model"].get("path") or "an unnamed model"
             raise AlignerIndexError(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pyserini.search.lucene import LuceneSearcher
 
 from java_bridge.lucene import bm25_similarity, jelinek_mercer_similarity, set_searcher_similarity, weighted_terms_query
+from pyserini_ext.errors import IndexFolderError, OptionError
 from pyserini_ext.index.deepct import (
     DEFAULT_ANALYZER,
     METADATA_FILE,
@@ -26,10 +27,19 @@ logger = logging.getLogger(__name__)
 Hits = list[tuple[str, float]]
 
 
+def max_clause_count() -> int:
+    """Lucene's limit on the clauses of one query (1024 unless raised)."""
+    from java_bridge import autoclass
+
+    return int(autoclass("org.apache.lucene.search.IndexSearcher").getMaxClauseCount())
+
+
 class ClassicLuceneSearcher(LuceneSearcher):
     def __init__(self, index_dir: str | os.PathLike, analyzer: AnalyzerSettings | None = None):
         if not os.path.isdir(index_dir):
             raise FileNotFoundError(f"{index_dir}: no such index folder")
+        if not any(name.startswith("segments_") for name in os.listdir(index_dir)):
+            raise IndexFolderError(f"{index_dir}: not a Lucene index (no segments_* file)")
         super().__init__(str(index_dir))
         if analyzer is None and os.path.isfile(os.path.join(index_dir, METADATA_FILE)):
             analyzer = AnalyzerSettings(**read_index_metadata(index_dir)["analyzer"])
@@ -45,6 +55,8 @@ class ClassicLuceneSearcher(LuceneSearcher):
         self.model = f"bm25 k1={k1} b={b}"
 
     def set_qld(self, mu: float = 1000.0) -> None:
+        if not mu > 0:
+            raise OptionError(f"Dirichlet mu must be > 0, got {mu}")
         super().set_qld(mu)
         self.model = f"qld mu={mu}"
 
@@ -58,10 +70,29 @@ class ClassicLuceneSearcher(LuceneSearcher):
         return {t: w for t, w in self.word_analyzer.term_weights(word_weights).items() if w > 0}
 
     def search_weighted(self, term_weights: Mapping[str, float], k: int = 1000) -> Hits:
-        """Weighted bag-of-words search over analyzed terms; terms absent from the index match nothing."""
+        """Weighted bag-of-words search over analyzed terms; terms absent from the index match nothing.
+
+        Beyond Lucene's clause limit only the highest-weighted terms are kept (see `clip_query`)."""
         if not term_weights:
             return []
+        limit = max_clause_count()
+        if len(term_weights) > limit:
+            term_weights = dict(sorted(term_weights.items(), key=lambda tw: -tw[1])[:limit])
         return [(h.docid, h.score) for h in self.search(weighted_terms_query(term_weights), k)]
+
+    def clip_query(self, text: str, limit: int) -> str:
+        """The longest prefix of `text` (in whitespace-separated words) with at most `limit` distinct analyzed
+        terms: Lucene refuses a query with more clauses, and Anserini's batch search then fails as a whole."""
+        words = text.split()
+        if len(words) <= limit // 8:  # cannot exceed the limit: skip the analysis
+            return text
+        terms: set[str] = set()
+        for position, word in enumerate(words):
+            new = set(self.word_analyzer.terms(word)) - terms
+            if len(terms) + len(new) > limit:
+                return " ".join(words[:position])
+            terms |= new
+        return text
 
     def search_topics(self, topics: Mapping[str, str], k: int = 1000, threads: int = 1,
                       query_weights: Callable[[str], Mapping[str, float]] | None = None) -> dict[str, Hits]:
@@ -70,9 +101,17 @@ class ClassicLuceneSearcher(LuceneSearcher):
         A query that yields no term (empty, only stopwords, no known word) gets no hits and is counted in a
         warning rather than stopping the run.
         """
+        if k < 1:  # Anserini's batch search fails obscurely (and search() silently) on k < 1
+            raise OptionError(f"the number of hits must be >= 1, got {k}")
         if query_weights is None:
             qids = list(topics)
-            results = self.batch_search([topics[q] for q in qids], qids, k=k, threads=threads)
+            limit = max_clause_count()
+            texts = [self.clip_query(topics[q], limit) for q in qids]
+            clipped = [q for q, text in zip(qids, texts) if text != topics[q]]
+            if clipped:
+                logger.warning("%d queries have more than %d distinct terms (Lucene's clause limit) and were cut to "
+                               "their first %d terms, e.g. %s", len(clipped), limit, limit, ", ".join(clipped[:5]))
+            results = self.batch_search(texts, qids, k=k, threads=threads)
             run = {q: [(h.docid, h.score) for h in results.get(q, [])] for q in qids}
         else:
             run = {qid: self.search_weighted(self.analyze_weights(query_weights(text)), k)
