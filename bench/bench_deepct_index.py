@@ -14,14 +14,9 @@ import time
 from pathlib import Path
 
 from pyserini_ext.data import load_dataset
-from pyserini_ext.index.deepct import (
-    index_json_collection,
-    merge_word_weights,
-    pseudo_document,
-    word_term_frequencies,
-    write_term_frequency_index,
-)
+from pyserini_ext.index.deepct import index_json_collection, write_term_frequency_index
 from pyserini_ext.models.deepct import DeepCTModel
+from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, word_term_frequencies
 from pyserini_ext.train.deepct import passage_text
 
 

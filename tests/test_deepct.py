@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification
 
-from pyserini_ext.index.deepct import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words
+from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
 from pyserini_ext.train.deepct import collate, make_examples, masked_mse, term_recall
 
 

@@ -15,17 +15,19 @@ from pyserini_ext.data import load_dataset, write_topics, write_trec_qrels
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder, DeepCTQueryWeigher
 from pyserini_ext.evaluation import read_trec_run, trec_eval, write_trec_run
 from pyserini_ext.index.deepct import (
-    AnalyzerSettings,
     build_deepct_index,
     index_json_collection,
-    merge_word_weights,
-    pseudo_document,
     read_index_metadata,
-    word_term_frequencies,
     write_term_frequency_index,
 )
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
+from pyserini_ext.models.deepct_terms import (
+    AnalyzerSettings,
+    merge_word_weights,
+    pseudo_document,
+    word_term_frequencies,
+)
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
 from pyserini_ext.train.deepct import passage_text, train_deepct
 from pyserini_ext.train.loop import TrainConfig, set_seed

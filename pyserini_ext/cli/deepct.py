@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from pyserini_ext.cli.lucene import add_search_arguments, make_searcher, read_topics, write_run
-from pyserini_ext.index.deepct import STEMMERS, TF_MODES, AnalyzerSettings
+from pyserini_ext.models.deepct_terms import STEMMERS, TF_MODES, AnalyzerSettings
 
 
 def _train(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyserini_ext.index.deepct import STEMMERS, AnalyzerSettings
+from pyserini_ext.models.deepct_terms import STEMMERS, AnalyzerSettings
 
 
 def read_topics(path: str | os.PathLike) -> dict[str, str]:

@@ -13,13 +13,8 @@ from collections.abc import Callable, Mapping
 from pyserini.search.lucene import LuceneSearcher
 
 from java_bridge.lucene import bm25_similarity, jelinek_mercer_similarity, set_searcher_similarity, weighted_terms_query
-from pyserini_ext.index.deepct import (
-    DEFAULT_ANALYZER,
-    METADATA_FILE,
-    AnalyzerSettings,
-    WordAnalyzer,
-    read_index_metadata,
-)
+from pyserini_ext.index.deepct import METADATA_FILE, read_index_metadata
+from pyserini_ext.models.deepct_terms import DEFAULT_ANALYZER, AnalyzerSettings, WordAnalyzer
 
 logger = logging.getLogger(__name__)
 
