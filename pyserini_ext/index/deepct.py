@@ -128,18 +128,3 @@ def build_deepct_index(model, corpus: Mapping[str, Mapping[str, str]], out_dir: 
     metadata = {"model": model_name, "scale": scale, "mode": mode, "max_length": model.max_length}
     return write_term_frequency_index(documents(), out_dir, analyzer, metadata, overwrite, total=len(corpus))
 
-
-def index_json_collection(collection_dir: str | os.PathLike, index_dir: str | os.PathLike, threads: int = 1,
-                          extra_args: Iterable[str] = ()) -> Path:
-    """A plain Lucene index with Pyserini's own indexer (default analyzer), e.g. of DeepCT pseudo-documents or
-    of the original corpus for the BM25 baseline."""
-    import subprocess
-    import sys
-
-    args = [sys.executable, "-m", "pyserini.index.lucene", "-collection", "JsonCollection", "-input",
-            str(collection_dir), "-index", str(index_dir), "-generator", "DefaultLuceneDocumentGenerator",
-            "-threads", str(threads), "-storeRaw", *extra_args]
-    proc = subprocess.run(args, capture_output=True, text=True)
-    if proc.returncode != 0 or not Path(index_dir).is_dir():
-        raise RuntimeError(f"pyserini.index.lucene failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return Path(index_dir)

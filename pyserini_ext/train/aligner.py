@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from pathlib import Path
 import torch
 
 from pyserini_ext.data import write_json_collection
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel, document_text
 from pyserini_ext.models.alignment import MAXSIM, alignment_scores
 from pyserini_ext.train.loop import TrainConfig, save_training_log, train
@@ -44,12 +43,7 @@ def bm25_negatives(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str
     with tempfile.TemporaryDirectory(prefix="aligner-bm25-") as tmp:
         collection = write_json_collection(corpus, Path(tmp) / "collection").parent
         index = Path(tmp) / "index"
-        proc = subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-                               "--input", str(collection), "--index", str(index), "--generator",
-                               "DefaultLuceneDocumentGenerator", "--threads", str(threads)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"Lucene indexing for BM25 negatives failed: {proc.stderr[-2000:]}")
+        build_lucene_index(collection, index, threads)
         searcher = LuceneSearcher(str(index))
         qids = list(queries)
         hits = searcher.batch_search([queries[q] for q in qids], qids, k=depth, threads=threads)
