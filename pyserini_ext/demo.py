@@ -23,8 +23,10 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from pyserini_ext.cli.options import add_options, from_args, option
 from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
 from pyserini_ext.evaluation import evaluate
 from pyserini_ext.index.lucene import lucene_index_command
@@ -113,19 +115,24 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, 
     return qrels, runs
 
 
+@dataclass
+class DemoOptions:
+    dataset: str = option("scifact", help="dataset name in the cache, or a BEIR folder")
+    split: str = option("test", help="qrels split whose queries are searched")
+    workdir: str = option("runs/demo", help="folder for every intermediate file (reused)")
+    model: str | None = option(None, help="Aggretriever folder (default: build the demo model)")
+    max_length: int = option(256, help="passage length for encoding", min=1)
+    batch_size: int = option(32, help="passages per encoding batch", min=1)
+    document_encoder_class: str = option("aggretriever-onnx", choices=("aggretriever-onnx", "aggretriever"),
+                                         help="ONNX Runtime or torch for the corpus (same vectors)")
+    threads: int = option(os.cpu_count() or 1, help="indexing and search threads", min=1)
+    fresh: bool = option(False, help="rebuild everything")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="scifact", help="dataset name in the cache, or a BEIR folder")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--workdir", default="runs/demo")
-    parser.add_argument("--model", default=None, help="Aggretriever folder (default: build the demo model)")
-    parser.add_argument("--max-length", type=int, default=256, help="passage length for encoding")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--document-encoder-class", choices=["aggretriever-onnx", "aggretriever"],
-                        default="aggretriever-onnx", help="ONNX Runtime or torch for the corpus (same vectors)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--fresh", action="store_true", help="rebuild everything")
-    args = parser.parse_args(argv)
+    add_options(parser, DemoOptions)
+    args = from_args(DemoOptions, parser.parse_args(argv), parser)
 
     work = Path(args.workdir)
     if args.fresh:

@@ -102,3 +102,10 @@ def test_shared_training_defaults_are_the_training_loops():
 
     options = TrainingOptions(dataset="d", output="o", model="m")
     assert options.train_config() == TrainConfig(max_steps=None)
+
+
+def test_a_required_flag_can_be_given_by_its_old_spelling(capsys):
+    parser = importlib.import_module("pyserini_ext.cli.aggretriever").main.build_parser()
+    assert parser.parse_args(["init", "--backbone", "b", "--output", "o"]).model == "b"
+    assert "the following arguments are required: --model" in usage_error(["aggretriever", "init", "--output", "o"],
+                                                                           capsys)

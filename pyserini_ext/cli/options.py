@@ -33,7 +33,8 @@ def option(default=REQUIRED, *, help: str = "", min: float | None = None, max: f
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def _in_range(kind: type, name: str, low: float | None, high: float | None) -> Callable[[str], object]:
+def _in_range(kind: type, low: float | None, high: float | None) -> Callable[[str], object]:
+    """An argparse `type` that reads a number and refuses it outside [low, high]."""
     def parse(text: str):
         try:
             value = kind(text)
@@ -45,7 +46,6 @@ def _in_range(kind: type, name: str, low: float | None, high: float | None) -> C
             raise argparse.ArgumentTypeError(f"must be <= {high}, got {text}")
         return value
 
-    parse.__name__ = name
     return parse
 
 
@@ -57,13 +57,14 @@ def _base_type(annotation) -> type:
 
 
 def add_options(parser: argparse.ArgumentParser, options: type) -> None:
+    """One argument per field of the `options` dataclass (see the module docstring)."""
     hints = typing.get_type_hints(options)
     for field in dataclasses.fields(options):
         meta = field.metadata
         kind = _base_type(hints[field.name])
         required = field.default is REQUIRED
         help_text = meta.get("help", "")
-        if not required and field.default not in (None, False) and not meta.get("repeat"):
+        if not required and field.default not in (None, False, "") and not meta.get("repeat"):
             help_text = f"{help_text} (default: {field.default})".strip()
         if meta.get("positional"):
             parser.add_argument(field.name, help=help_text)
@@ -76,15 +77,21 @@ def add_options(parser: argparse.ArgumentParser, options: type) -> None:
             if meta.get("repeat"):
                 settings.update(action="append", default=None)
             if kind in (int, float):
-                settings.update(type=_in_range(kind, kind.__name__, meta.get("min"), meta.get("max")),
+                settings.update(type=_in_range(kind, meta.get("min"), meta.get("max")),
                                 metavar=flag.lstrip("-").replace("-", "_").upper())
-        parser.add_argument(flag, required=required, help=help_text, **settings)
+        # a required flag with old spellings is checked in from_args: argparse would demand the new one
+        parser.add_argument(flag, required=required and not meta.get("aliases"), help=help_text, **settings)
         for alias in meta.get("aliases", ()):  # deprecated spellings: accepted, not shown
             parser.add_argument(alias, help=argparse.SUPPRESS, **settings)
+
 
 def from_args(options: type, args: argparse.Namespace, parser: argparse.ArgumentParser):
     """The options dataclass from parsed arguments; a failed `__post_init__` check is a usage error."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(options)}
+    missing = [f for f in dataclasses.fields(options) if f.default is REQUIRED and values[f.name] is None]
+    if missing:
+        parser.error("the following arguments are required: "
+                     + ", ".join(f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in missing))
     try:
         return options(**values)
     except ValueError as error:
