@@ -14,14 +14,10 @@ import time
 from pathlib import Path
 
 from pyserini_ext.data import document_text, load_dataset
-from pyserini_ext.index.deepct import (
-    index_json_collection,
-    merge_word_weights,
-    pseudo_document,
-    word_term_frequencies,
-    write_term_frequency_index,
-)
+from pyserini_ext.index.deepct import write_term_frequency_index
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.deepct import DeepCTModel
+from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, word_term_frequencies
 
 
 def folder_size(path: Path) -> int:
@@ -51,7 +47,7 @@ def main() -> None:
             for docid, tfs in word_tfs.items():
                 f.write(json.dumps({"id": docid, "contents": pseudo_document(tfs)}) + "\n")
         pseudo_text_bytes = folder_size(tmp / "pseudo")
-        index_json_collection(tmp / "pseudo", tmp / "pseudo-index", extra_args=["-optimize"])
+        build_lucene_index(tmp / "pseudo", tmp / "pseudo-index", extra_args=["-optimize"])
         pseudo_seconds = time.time() - start
         sizes = folder_size(tmp / "custom-tf"), folder_size(tmp / "pseudo-index")
     print(f"{len(docids)} documents, {total_tf} tokens in pseudo-documents ({pseudo_text_bytes / 1e6:.1f} MB text)")

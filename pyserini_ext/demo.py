@@ -7,7 +7,8 @@ Steps (each printed as the exact command it runs):
      ONNX Runtime gives the torch encoder's vectors about twice as fast on CPU) and run
      (`python -m pyserini.search.faiss --encoder-class aggretriever`);
   4. fusions: `python -m pyserini.search.hybrid` (score interpolation) and `python -m pyserini.fusion` (RRF);
-  5. `python -m pyserini.eval.trec_eval` for nDCG@10 and R@100, printed as a table.
+  5. nDCG@10 and R@100 (pyserini_ext.evaluation: trec_eval's code, the values `python -m pyserini.eval.trec_eval
+     -c` prints), printed as a table.
 
 Until trained Aggretriever weights exist, the model is the splade-tiny backbone (MS MARCO-trained MLM head)
 with the term weight fixed to 1 and the [CLS] projection zeroed: pure MLM lexical matching, no learned
@@ -22,10 +23,13 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from pyserini_ext.cli.options import add_options, from_args, option
 from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
-from pyserini_ext.evaluation import trec_eval
+from pyserini_ext.evaluation import evaluate
+from pyserini_ext.index.lucene import lucene_index_command
 
 DEMO_MODEL_NOTE = ("Aggretriever demo model = splade-tiny backbone, term weight fixed to 1, [CLS] projection "
                    "zeroed: pure MLM lexical matching (untrained heads; not the paper's model)")
@@ -70,13 +74,11 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, 
     if model is None:
         model = work / "aggretriever-demo-model"
         print(DEMO_MODEL_NOTE)
-        run_step([py, "-m", "pyserini_ext.cli", "aggretriever", "init", "--backbone", "splade-tiny",
+        run_step([py, "-m", "pyserini_ext.cli", "aggretriever", "init", "--model", "splade-tiny",
                   "--lexical-only", "--output", str(model)], model, log)
 
     bm25_index, agg_index = work / "index.bm25", work / "index.aggretriever"
-    run_step([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
-              "--index", str(bm25_index), "--generator", "DefaultLuceneDocumentGenerator",
-              "--threads", str(threads), "--storePositions", "--storeDocvectors", "--storeRaw"],
+    run_step(lucene_index_command(collection, bm25_index, threads, store_positions=True, store_docvectors=True),
              bm25_index, log)
     run_step([py, "-m", "pyserini.encode",
               "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title", "text",
@@ -113,19 +115,24 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, 
     return qrels, runs
 
 
+@dataclass
+class DemoOptions:
+    dataset: str = option("scifact", help="dataset name in the cache, or a BEIR folder")
+    split: str = option("test", help="qrels split whose queries are searched")
+    workdir: str = option("runs/demo", help="folder for every intermediate file (reused)")
+    model: str | None = option(None, help="Aggretriever folder (default: build the demo model)")
+    max_length: int = option(256, help="passage length for encoding", min=1)
+    batch_size: int = option(32, help="passages per encoding batch", min=1)
+    document_encoder_class: str = option("aggretriever-onnx", choices=("aggretriever-onnx", "aggretriever"),
+                                         help="ONNX Runtime or torch for the corpus (same vectors)")
+    threads: int = option(os.cpu_count() or 1, help="indexing and search threads", min=1)
+    fresh: bool = option(False, help="rebuild everything")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="scifact", help="dataset name in the cache, or a BEIR folder")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--workdir", default="runs/demo")
-    parser.add_argument("--model", default=None, help="Aggretriever folder (default: build the demo model)")
-    parser.add_argument("--max-length", type=int, default=256, help="passage length for encoding")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--document-encoder-class", choices=["aggretriever-onnx", "aggretriever"],
-                        default="aggretriever-onnx", help="ONNX Runtime or torch for the corpus (same vectors)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--fresh", action="store_true", help="rebuild everything")
-    args = parser.parse_args(argv)
+    add_options(parser, DemoOptions)
+    args = from_args(DemoOptions, parser.parse_args(argv), parser)
 
     work = Path(args.workdir)
     if args.fresh:
@@ -133,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     qrels, runs = run_pipeline(args.dataset, args.split, work, Path(args.model) if args.model else None,
                                args.max_length, args.batch_size, args.threads, args.document_encoder_class)
-    print(f"\n{args.dataset} {args.split}: python -m pyserini.eval.trec_eval -c -m ndcg_cut.10 -m recall.100")
+    print(f"\n{args.dataset} {args.split}: nDCG@10 and R@100 (the values of python -m pyserini.eval.trec_eval -c)")
     print(f"{'run':<34} {'nDCG@10':>8} {'R@100':>8}")
     for name, path in runs.items():
-        scores = trec_eval(qrels, path, ("ndcg_cut_10", "recall_100"))
+        scores = evaluate(qrels, path, ("ndcg_cut_10", "recall_100"))
         print(f"{name:<34} {scores['ndcg_cut_10']:8.4f} {scores['recall_100']:8.4f}")
     if not args.model:
         print(f"\n{DEMO_MODEL_NOTE}")

@@ -6,16 +6,14 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from pyserini_ext.errors import ModelFolderError
-from pyserini_ext.index.deepct import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
-from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words
+from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
 from pyserini_ext.train.deepct import collate, make_examples, masked_mse, term_recall
 
 
 @pytest.fixture(scope="module")
-def untrained() -> DeepCTModel:
-    torch.manual_seed(0)
-    return DeepCTModel.from_backbone(backbone_path("splade-tiny"))
+def untrained(untrained_deepct) -> DeepCTModel:
+    return untrained_deepct
 
 
 def test_term_recall_two_queries_one_passage(untrained):

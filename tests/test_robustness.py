@@ -304,7 +304,7 @@ def test_queries_beyond_the_clause_limit_are_cut_not_fatal(tmp_path, capsys, cap
         code, err = run_cli(["lucene", "search", "--index", str(deepct_index), "--topics", str(topics), "--output",
                              str(run), "--qljm", "--hits", "3"], capsys)
     assert code == 0, err
-    assert "cut to their first 1024 terms" in caplog.text
+    assert "searching with its first 1024 of 5001 words" in caplog.text
     lines = [line.split() for line in run.read_text().splitlines()]
     assert [(q, d) for q, _, d, *_ in lines] == [("short", "d1")]  # "insulin" lies beyond the long query's cut
     code, err = run_cli(["lucene", "search", "--index", str(deepct_index), "--topics", str(topics), "--output",

@@ -14,14 +14,14 @@ import os
 from pyserini.encode import QueryEncoder
 
 from pyserini_ext.data.text import sanitize_texts
-from pyserini_ext.index.deepct import (
+from pyserini_ext.models.deepct import DeepCTModel
+from pyserini_ext.models.deepct_terms import (
     DEFAULT_ANALYZER,
     AnalyzerSettings,
     WordAnalyzer,
     merge_word_weights,
     word_term_frequencies,
 )
-from pyserini_ext.models.deepct import DeepCTModel
 
 
 class DeepCTQueryWeigher:

@@ -3,6 +3,8 @@ queries (DeepCT-Query), on ANY Lucene index (a plain `python -m pyserini.index.l
 
 `ClassicLuceneSearcher` is Pyserini's `LuceneSearcher` plus `set_qljm(lambda)` and `search_weighted(...)`.
 When the index carries DeepCT metadata with non-default analyzer settings, queries use those settings.
+A query with more distinct terms than Lucene's clause limit (1024) is cut to fit, with a warning, instead of
+failing the whole batch inside Anserini.
 """
 from __future__ import annotations
 
@@ -12,26 +14,20 @@ from collections.abc import Callable, Mapping
 
 from pyserini.search.lucene import LuceneSearcher
 
-from java_bridge.lucene import bm25_similarity, jelinek_mercer_similarity, set_searcher_similarity, weighted_terms_query
-from pyserini_ext.errors import IndexFolderError, OptionError
-from pyserini_ext.index.deepct import (
-    DEFAULT_ANALYZER,
-    METADATA_FILE,
-    AnalyzerSettings,
-    WordAnalyzer,
-    read_index_metadata,
+from java_bridge.lucene import (
+    bm25_similarity,
+    jelinek_mercer_similarity,
+    max_query_terms,
+    set_searcher_similarity,
+    weighted_terms_query,
 )
+from pyserini_ext.errors import IndexFolderError, OptionError
+from pyserini_ext.index.deepct import METADATA_FILE, read_index_metadata
+from pyserini_ext.models.deepct_terms import DEFAULT_ANALYZER, AnalyzerSettings, WordAnalyzer
 
 logger = logging.getLogger(__name__)
 
 Hits = list[tuple[str, float]]
-
-
-def max_clause_count() -> int:
-    """Lucene's limit on the clauses of one query (1024 unless raised)."""
-    from java_bridge import autoclass
-
-    return int(autoclass("org.apache.lucene.search.IndexSearcher").getMaxClauseCount())
 
 
 class ClassicLuceneSearcher(LuceneSearcher):
@@ -69,30 +65,32 @@ class ClassicLuceneSearcher(LuceneSearcher):
         """Query words -> index terms (same analyzer as the index); positive weights only."""
         return {t: w for t, w in self.word_analyzer.term_weights(word_weights).items() if w > 0}
 
-    def search_weighted(self, term_weights: Mapping[str, float], k: int = 1000) -> Hits:
-        """Weighted bag-of-words search over analyzed terms; terms absent from the index match nothing.
+    def fit_text_query(self, qid: str, text: str) -> str:
+        """`text`, or its longest prefix of words within Lucene's clause limit (said in a warning)."""
+        limit, terms = max_query_terms(), set()
+        words = text.split()
+        for position, word in enumerate(words):
+            terms.update(self.word_analyzer.terms(word))
+            if len(terms) > limit:
+                logger.warning("query %s has more than %d distinct terms (Lucene's clause limit); searching with its "
+                               "first %d of %d words", qid, limit, position, len(words))
+                return " ".join(words[:position])
+        return text
 
-        Beyond Lucene's clause limit only the highest-weighted terms are kept (see `clip_query`)."""
+    def fit_weighted_query(self, qid: str, term_weights: Mapping[str, float]) -> dict[str, float]:
+        """`term_weights`, or its `limit` heaviest terms when Lucene's clause limit is exceeded (with a warning)."""
+        limit = max_query_terms()
+        if len(term_weights) <= limit:
+            return dict(term_weights)
+        logger.warning("query %s has %d weighted terms, more than Lucene's clause limit; keeping the %d heaviest",
+                       qid, len(term_weights), limit)
+        return dict(sorted(term_weights.items(), key=lambda tw: (-tw[1], tw[0]))[:limit])
+
+    def search_weighted(self, term_weights: Mapping[str, float], k: int = 1000) -> Hits:
+        """Weighted bag-of-words search over analyzed terms; terms absent from the index match nothing."""
         if not term_weights:
             return []
-        limit = max_clause_count()
-        if len(term_weights) > limit:
-            term_weights = dict(sorted(term_weights.items(), key=lambda tw: -tw[1])[:limit])
         return [(h.docid, h.score) for h in self.search(weighted_terms_query(term_weights), k)]
-
-    def clip_query(self, text: str, limit: int) -> str:
-        """The longest prefix of `text` (in whitespace-separated words) with at most `limit` distinct analyzed
-        terms: Lucene refuses a query with more clauses, and Anserini's batch search then fails as a whole."""
-        words = text.split()
-        if len(words) <= limit // 8:  # cannot exceed the limit: skip the analysis
-            return text
-        terms: set[str] = set()
-        for position, word in enumerate(words):
-            new = set(self.word_analyzer.terms(word)) - terms
-            if len(terms) + len(new) > limit:
-                return " ".join(words[:position])
-            terms |= new
-        return text
 
     def search_topics(self, topics: Mapping[str, str], k: int = 1000, threads: int = 1,
                       query_weights: Callable[[str], Mapping[str, float]] | None = None) -> dict[str, Hits]:
@@ -105,16 +103,11 @@ class ClassicLuceneSearcher(LuceneSearcher):
             raise OptionError(f"the number of hits must be >= 1, got {k}")
         if query_weights is None:
             qids = list(topics)
-            limit = max_clause_count()
-            texts = [self.clip_query(topics[q], limit) for q in qids]
-            clipped = [q for q, text in zip(qids, texts) if text != topics[q]]
-            if clipped:
-                logger.warning("%d queries have more than %d distinct terms (Lucene's clause limit) and were cut to "
-                               "their first %d terms, e.g. %s", len(clipped), limit, limit, ", ".join(clipped[:5]))
-            results = self.batch_search(texts, qids, k=k, threads=threads)
+            results = self.batch_search([self.fit_text_query(q, topics[q]) for q in qids], qids, k=k,
+                                        threads=threads)
             run = {q: [(h.docid, h.score) for h in results.get(q, [])] for q in qids}
         else:
-            run = {qid: self.search_weighted(self.analyze_weights(query_weights(text)), k)
+            run = {qid: self.search_weighted(self.fit_weighted_query(qid, self.analyze_weights(query_weights(text))), k)
                    for qid, text in topics.items()}
         empty = [q for q, hits in run.items() if not hits]
         if empty:
