@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pyserini_ext.registry import resolve_model
+
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
 
 
@@ -87,9 +89,10 @@ def _index(args: argparse.Namespace) -> int:
         else:
             from pyserini_ext.data import load_dataset
             corpus = load_dataset(args.dataset).corpus
-        model = AlignerModel.load(args.model, device=args.device)
+        model_path = resolve_model(args.model, "aligner")
+        model = AlignerModel.load(model_path, device=args.device)
         encoded = encode_corpus(model, corpus, batch_size=args.batch_size, max_length=args.max_length,
-                                fp16=args.fp16, model_path=str(Path(args.model).resolve()))
+                                fp16=args.fp16, model_path=str(Path(model_path).resolve()))
         if args.encoded:
             encoded.save(args.encoded)
     folder = build_index(encoded, args.output, beta_d=args.beta_d, codec=args.codec, candidates=args.candidates,
@@ -112,7 +115,8 @@ def _queries(args: argparse.Namespace) -> dict[str, str]:
 def _searcher(args: argparse.Namespace, **overrides):
     from pyserini_ext.search.aligner import open_searcher
     options = dict(beta_q=args.beta_q, alignment=args.alignment, neighbours=args.neighbours)
-    return open_searcher(args.index, args.model, nprobe=args.nprobe, **{**options, **overrides})
+    model = resolve_model(args.model, "aligner") if args.model else None
+    return open_searcher(args.index, model, nprobe=args.nprobe, **{**options, **overrides})
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyserini_ext.cli.lucene import add_search_arguments, make_searcher, read_topics, write_run
 from pyserini_ext.index.deepct import STEMMERS, TF_MODES, AnalyzerSettings
+from pyserini_ext.registry import resolve_model
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -48,7 +49,7 @@ def _index(args: argparse.Namespace) -> None:
                 if line.strip():
                     doc = json.loads(line)
                     corpus[str(doc.get("_id", doc.get("id")))] = doc
-    model = DeepCTModel.from_pretrained(args.model, max_length=args.max_length).to(args.device)
+    model = DeepCTModel.from_pretrained(resolve_model(args.model, "deepct"), max_length=args.max_length).to(args.device)
     report = build_deepct_index(model, corpus, args.output, scale=args.scale, mode=args.mode,
                                 analyzer=AnalyzerSettings(args.stemmer, args.keep_stopwords),
                                 batch_size=args.batch_size, overwrite=args.overwrite, model_name=str(args.model))
@@ -62,7 +63,7 @@ def _search(args: argparse.Namespace) -> None:
     if args.query_model:
         from pyserini_ext.encode.deepct import DeepCTQueryWeigher
 
-        query_weights, tag = DeepCTQueryWeigher(args.query_model), f"deepct-query {tag}"
+        query_weights, tag = DeepCTQueryWeigher(resolve_model(args.query_model, "deepct")), f"deepct-query {tag}"
     run = searcher.search_topics(read_topics(args.topics), k=args.hits, threads=args.threads,
                                  query_weights=query_weights)
     write_run(run, args.output, tag)
@@ -71,7 +72,7 @@ def _search(args: argparse.Namespace) -> None:
 def _query(args: argparse.Namespace) -> None:
     from pyserini_ext.encode.deepct import DeepCTQueryWeigher
 
-    weights = DeepCTQueryWeigher(args.model)(args.text)
+    weights = DeepCTQueryWeigher(resolve_model(args.model, "deepct"))(args.text)
     print(json.dumps({w: round(v, 4) for w, v in sorted(weights.items(), key=lambda x: -x[1])}, ensure_ascii=False))
 
 
