@@ -5,8 +5,9 @@ It must stay cheap: standard library only, no torch/Pyserini/JVM import. It
   2. sets a placeholder OPENAI_API_KEY, because `pyserini.encode` builds an OpenAI client at import time
      and openai 3.x raises without a key (no request is ever sent with it),
   3. installs post-import hooks: when Pyserini's own modules load, the JVM options are fixed
-     (`pyserini.setup`) and our encoder names are registered (`pyserini.encode` and Pyserini's impact searcher,
-     see registry.py).
+     (`pyserini.setup`), our encoder names are registered (`pyserini.encode` and Pyserini's impact searcher,
+     see registry.py), and our prebuilt indexes are registered with Pyserini's prebuilt loaders
+     (`pyserini.util`, see index/prebuilt.py).
 Set PYSERINI_EXT_DISABLE=1 to switch all of it off.
 """
 from __future__ import annotations
@@ -33,8 +34,22 @@ def _register_encoders(module) -> None:
 
 def _register_impact_encoders(module) -> None:
     from pyserini_ext import registry
+    from pyserini_ext.index import prebuilt
 
     registry.register_impact_encoders(module)
+    prebuilt.check_searchers(module.LuceneImpactSearcher)
+
+
+def _register_prebuilt_indexes(module) -> None:
+    from pyserini_ext.index import prebuilt
+
+    prebuilt.register_with_pyserini(module)
+
+
+def _check_faiss_prebuilt_models(module) -> None:
+    from pyserini_ext.index import prebuilt
+
+    prebuilt.check_searchers(module.FaissSearcher)
 
 
 # module name -> what to run right after that module has executed
@@ -42,6 +57,8 @@ POST_IMPORT_HOOKS = {
     "pyserini.setup": _patch_setup,
     "pyserini.encode": _register_encoders,
     "pyserini.search.lucene._impact_searcher": _register_impact_encoders,
+    "pyserini.util": _register_prebuilt_indexes,
+    "pyserini.search.faiss._searcher": _check_faiss_prebuilt_models,
 }
 
 

@@ -144,6 +144,7 @@ def resolve_model(name_or_path, family: str | None = None) -> str:
 
 
 _MODEL_KEYWORDS = ("model_name", "encoder_dir", "model_name_or_path")
+MODEL_ATTRIBUTE = "pyserini_ext_model"  # set on encoders we build: the model folder, checked against prebuilt indexes
 
 
 def _model_argument(args: tuple, kwargs: dict) -> tuple[str | None, str | int | None]:
@@ -176,8 +177,12 @@ class LazyEncoderClass:
     def __call__(self, *args, **kwargs):
         model, where = _model_argument(args, kwargs)
         if model is not None and self.name is not None:
-            args, kwargs = _with_model(args, kwargs, where, resolve_model(model, family_of(self.name)))
-        return _load(self.path)(*args, **kwargs)
+            model = resolve_model(model, family_of(self.name))
+            args, kwargs = _with_model(args, kwargs, where, model)
+        encoder = _load(self.path)(*args, **kwargs)
+        if model is not None:
+            setattr(encoder, MODEL_ATTRIBUTE, model)
+        return encoder
 
     def __repr__(self) -> str:
         return f"<pyserini-ext encoder {self.path}>"

@@ -115,8 +115,14 @@ def _queries(args: argparse.Namespace) -> dict[str, str]:
 def _searcher(args: argparse.Namespace, **overrides):
     from pyserini_ext.search.aligner import open_searcher
     options = dict(beta_q=args.beta_q, alignment=args.alignment, neighbours=args.neighbours)
-    model = resolve_model(args.model, "aligner") if args.model else None
-    return open_searcher(args.index, model, nprobe=args.nprobe, **{**options, **overrides})
+    index, model = args.index, resolve_model(args.model, "aligner") if args.model else None
+    if not Path(index).is_dir():  # a prebuilt index name: fetched like Pyserini's, searched with its model
+        from pyserini_ext.index import prebuilt
+
+        index = prebuilt.download_prebuilt(args.index)
+        model = model or prebuilt.shipped_model(args.index)
+        prebuilt.check_model(args.index, model)
+    return open_searcher(index, model, nprobe=args.nprobe, **{**options, **overrides})
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -158,8 +164,8 @@ def _adapt(args: argparse.Namespace) -> int:
 
 
 def _search_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--index", required=True)
-    parser.add_argument("--model", help="model folder (default: the one recorded in the index)")
+    parser.add_argument("--index", required=True, help="index folder or prebuilt index name")
+    parser.add_argument("--model", help="model folder or bare name (default: the one recorded in the index)")
     parser.add_argument("--beta-q", type=float, default=0.5, help="fraction of query tokens kept by salience")
     parser.add_argument("--alignment", default="k=1", help="k=<int> or p=<fraction|percent%%>")
     parser.add_argument("--neighbours", type=int, default=256, help="nearest document tokens per query token")

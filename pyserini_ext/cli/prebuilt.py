@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyserini_ext.index.prebuilt import download_prebuilt, load_catalogue, pack_index
+from pyserini_ext.index.prebuilt import PYSERINI_INFO, download_prebuilt, load_catalogue, pack_index
 
 
 def main(argv: list[str]) -> int:
@@ -17,6 +17,9 @@ def main(argv: list[str]) -> int:
     pack.add_argument("--url", action="append", help="where the tarball will be served (mirrors: repeat)")
     pack.add_argument("--description", default="")
     pack.add_argument("--catalogue", help="catalogue JSON to add the record to")
+    pack.add_argument("--kind", choices=sorted(PYSERINI_INFO), help="which searcher opens it (default: detected)")
+    pack.add_argument("--model", help="model folder or bare name that built the index (recorded with its md5)")
+    pack.add_argument("--texts", help="Faiss indexes: the prebuilt Lucene index name holding the passages")
     download = commands.add_parser("download", help="fetch, check and unpack a prebuilt index; prints its path")
     download.add_argument("name")
     download.add_argument("--catalogue")
@@ -26,7 +29,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "pack":
-        record = pack_index(args.index, args.name, args.output, args.url, args.description, args.catalogue)
+        record = pack_index(args.index, args.name, args.output, args.url, args.description, args.catalogue,
+                            args.kind, args.model, args.texts)
         print(json.dumps({args.name: record}, indent=1))
     elif args.command == "download":
         print(download_prebuilt(args.name, args.catalogue, args.force))
