@@ -5,7 +5,9 @@ Pyserini's `__main__` modules run in this process (`runpy`), so Pyserini, torch 
 from __future__ import annotations
 
 import json
+import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
@@ -169,3 +171,25 @@ def test_deepct_through_pyserinis_own_learned_sparse_route(scifact, tmp_path, on
     for qid, text in TOPICS.items():
         expected = [(h.docid, round(h.score, 3)) for h in searcher.search(text, 10)]
         assert len(expected) >= 3 and [(d, round(s, 3)) for d, s in cli[qid]] == expected
+
+
+def test_old_pyserini_search_entry_point_from_an_unactivated_venv(tmp_path):
+    """`python -m pyserini.search` re-runs `python -m pyserini.search.lucene` through the shell; with PATH not
+    naming the venv, that `python` must still be this interpreter. A process that does not import Pyserini
+    keeps its PATH."""
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "docs.jsonl").write_text('{"id": "d1", "contents": "insulin resistance"}\n'
+                                               '{"id": "d2", "contents": "stem cells"}\n')
+    (tmp_path / "topics.tsv").write_text("q1\tinsulin\nq2\tstem cells\n")
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    run_module("pyserini.index.lucene", ["--collection", "JsonCollection", "--input", tmp_path / "c", "--index",
+                                         tmp_path / "index", "--generator", "DefaultLuceneDocumentGenerator"])
+    proc = subprocess.run([sys.executable, "-m", "pyserini.search", "--index", str(tmp_path / "index"), "--topics",
+                           str(tmp_path / "topics.tsv"), "--output", str(tmp_path / "run.txt"), "--bm25"],
+                          env=env, capture_output=True, text=True)
+    assert (tmp_path / "run.txt").is_file(), proc.stdout[-1000:] + proc.stderr[-2000:]
+    run = read_trec_run(tmp_path / "run.txt")
+    assert [d for d, _ in run["q1"]] == ["d1"] and [d for d, _ in run["q2"]] == ["d2"]
+    plain = subprocess.run([sys.executable, "-c", "import os; print(os.environ['PATH'])"], env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert plain.endswith("/usr/bin:/bin") and "pyserini_ext" not in plain
