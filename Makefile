@@ -29,6 +29,7 @@ $(INSTALLED): $(DEPS) setup.cfg setup.py pyserini_ext.pth
 	touch $@
 
 demo: $(INSTALLED)
+	scripts/seed_datasets.sh
 	$(BIN)/python -m pyserini_ext.demo
 
 test: $(INSTALLED)

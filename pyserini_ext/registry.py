@@ -170,12 +170,16 @@ class LazyEncoderClass:
     A bare name is resolved to its default model folder; a model of another family is an error.
     """
 
-    def __init__(self, path: str, name: str | None = None):
+    def __init__(self, path: str, name: str | None = None, kind: str | None = None):
         self.path = path
         self.name = name
+        self.kind = kind
 
     def __call__(self, *args, **kwargs):
         model, where = _model_argument(args, kwargs)
+        if model in ENCODERS and model != self.name and self.kind and getattr(ENCODERS[model], self.kind):
+            if family_of(model) == family_of(self.name or model):  # `aggretriever-onnx` names its own class
+                return LazyEncoderClass(getattr(ENCODERS[model], self.kind), model, self.kind)(*args, **kwargs)
         if model is not None and self.name is not None:
             model = resolve_model(model, family_of(self.name))
             args, kwargs = _with_model(args, kwargs, where, model)
@@ -197,7 +201,7 @@ def _our_class(model: str, kind: str) -> LazyEncoderClass | None:
     path = getattr(ENCODERS[name], kind)
     if path is None:
         raise UnknownEncoderError(f"{name!r} has no {kind} encoder")
-    return LazyEncoderClass(path, name)
+    return LazyEncoderClass(path, name, kind)
 
 
 def _handing_our_models_over(cls: type, kind: str) -> type:
@@ -292,7 +296,7 @@ def register_with_pyserini(encode_module=None) -> None:
                 class_map[key] = _handing_our_models_over(cls, kind)
         for name, entry in ENCODERS.items():
             if getattr(entry, kind):
-                class_map[name] = LazyEncoderClass(getattr(entry, kind), name)
+                class_map[name] = LazyEncoderClass(getattr(entry, kind), name, kind)
     for attr, kind in (("AutoDocumentEncoder", "document"), ("AutoQueryEncoder", "query")):
         cls = getattr(encode_module, attr)
         if not getattr(cls, "_pyserini_ext", False):  # the fallback when no keyword matches `--encoder`
