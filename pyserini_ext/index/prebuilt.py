@@ -235,7 +235,10 @@ def fetch_and_unpack(name: str, urls: list[str], md5: str, size: int | None = No
             os.replace(folders[0], target)
             return target
     what = "index" if subdir == "indexes" else subdir
-    raise PrebuiltIndexError(f"could not fetch prebuilt {what} {name!r}:\n  " + "\n  ".join(errors or ["no URL known"]))
+    if not errors:
+        errors = [f"no URL known: set ${MIRROR_ENV} to where {filename} is served (`make prebuilt` writes it to "
+                  "dist/prebuilt; a file:// URL works)"]
+    raise PrebuiltIndexError(f"could not fetch prebuilt {what} {name!r}:\n  " + "\n  ".join(errors))
 
 
 def download_prebuilt(name: str, catalogue: str | os.PathLike | None = None, force: bool = False) -> Path:
