@@ -295,3 +295,16 @@ def test_fresh_interpreter_finds_a_users_catalogue_by_name(catalogue, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = hits(LuceneSearcher(str(root / "bm25")))
     assert {q: [(d, round(s, 4)) for d, s in v] for q, v in read_trec_run(run).items()} == expected
+
+
+def test_pyserini_names_fail_as_pyserini_expects_when_no_mirror_serves_them(tmp_path, monkeypatch):
+    """Pyserini's loaders catch ValueError (a Faiss index whose passage index is unavailable still searches)."""
+    import pyserini.util
+
+    monkeypatch.setitem(pyserini.util.FAISS_INDEX_INFO, PYSERINI_AGG, {
+        **pyserini.util.FAISS_INDEX_INFO[PYSERINI_AGG], "urls": ["http://127.0.0.1:9/unreachable.tar.gz"]})
+    monkeypatch.setenv(prebuilt.MIRROR_ENV, "http://127.0.0.1:9/down")
+    monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
+    prebuilt.register_with_pyserini(pyserini.util)
+    with pytest.raises(ValueError, match="could not fetch prebuilt index .*127.0.0.1:9/down/faiss-flat"):
+        pyserini.util.download_prebuilt_index(PYSERINI_AGG)

@@ -35,12 +35,12 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("venv") / "env"
-    run(sys.executable, "-m", "venv", "--without-pip", root)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # not this checkout
+    run(sys.executable, "-m", "venv", "--without-pip", root, env=env)
     python = root / "bin" / "python"
-    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel)
-    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel, env=env)
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", env=env).stdout.strip())
     (site / "zz_shared_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = "/usr/bin:/bin"  # an unactivated venv
     return root, env
 

@@ -303,21 +303,31 @@ def register_with_pyserini(util_module) -> None:
         record = _pyserini_entry(util_module, index_name)
         if record is not None and mirror_urls("x"):
             filename = record.get("filename") or record["urls"][0].rsplit("/", 1)[-1]
-            return str(fetch_and_unpack(index_name, mirror_urls(filename) + list(record["urls"]), record["md5"],
-                                        record.get("size compressed (bytes)"), filename, force=force))
+            return _as_pyserini_would(fetch_and_unpack, index_name, mirror_urls(filename) + list(record["urls"]),
+                                      record["md5"], record.get("size compressed (bytes)"), filename, force=force)
         return original_index(index_name, force, verbose, mirror)
 
     def download_encoded_queries(query_name, force=False, verbose=True, mirror=None):
         record = util_module.QUERY_INFO.get(query_name)
         if record is not None and mirror_urls("x"):
             filename = record["urls"][0].rsplit("/", 1)[-1]
-            return str(fetch_and_unpack(query_name, mirror_urls(filename) + list(record["urls"]), record["md5"],
-                                        record.get("size (bytes)"), filename, subdir="queries", force=force))
+            return _as_pyserini_would(fetch_and_unpack, query_name, mirror_urls(filename) + list(record["urls"]),
+                                      record["md5"], record.get("size (bytes)"), filename, subdir="queries",
+                                      force=force)
         return original_queries(query_name, force, verbose, mirror)
 
     download_prebuilt_index._pyserini_ext = True
     util_module.download_prebuilt_index = download_prebuilt_index
     util_module.download_encoded_queries = download_encoded_queries
+
+
+def _as_pyserini_would(fetch, *args, **kwargs) -> str:
+    """Pyserini's own names fail as Pyserini's downloader does (ValueError), which its loaders expect: e.g. a
+    Faiss index whose passage index cannot be fetched still searches."""
+    try:
+        return str(fetch(*args, **kwargs))
+    except PrebuiltIndexError as e:
+        raise ValueError(str(e)) from e
 
 
 def _pyserini_entry(util_module, name: str) -> dict | None:
