@@ -34,17 +34,18 @@ def run(command: list[str]) -> None:
     subprocess.run(command, check=True)
 
 
-def build(dataset: str, model: str, collection: Path, out: Path, threads: int) -> Path:
+def build(model: str, collection: Path, out: Path, threads: int) -> Path:
+    """One index of the passages in the JsonCollection `collection` (title, text fields)."""
     py = sys.executable
     if model == "deepct":
-        run([py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", "deepct", "--dataset", dataset,
-             "--output", str(out), "--overwrite"])
+        run([py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", "deepct", "--corpus",
+             str(collection / "docs.jsonl"), "--output", str(out), "--overwrite"])
     elif model == "aggretriever":
         run([py, "-m", "pyserini.encode", "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title",
              "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", "aggretriever-onnx",
              "--fields", "title", "text", "--dimension", "768", "--max-length", "256", "--device", "cpu"])
     elif model == "aligner":
-        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", "aligner", "--dataset", dataset,
+        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", "aligner", "--corpus", str(collection),
              "--output", str(out), "--threads", str(threads), "--overwrite"])
     else:  # flat: BM25 over the passages
         run([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
@@ -62,13 +63,16 @@ def main() -> int:
     parser.add_argument("--catalogue", type=Path, default=default_catalogue())
     parser.add_argument("--url-base", default="", help="where the tarballs will be served")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-docs", type=int, help="first N passages only (a quick check of this script)")
     args = parser.parse_args()
 
     for dataset in args.datasets:
         prefix, work = PREFIXES[dataset], args.work / dataset
         collection = work / "collection"
-        if not (collection / "docs.jsonl").is_file():
-            write_json_collection(load_dataset(dataset).corpus, collection)
+        corpus = load_dataset(dataset).corpus
+        if args.max_docs:
+            corpus = {d: corpus[d] for d in list(corpus)[:args.max_docs]}
+        write_json_collection(corpus, collection)
         texts = PYSERINI_TEXTS.get(dataset)
         jobs = [(model, f"{prefix}.{model}-tiny") for model in args.models]
         if texts is None and "aggretriever" in args.models:
@@ -78,7 +82,7 @@ def main() -> int:
             index = work / name
             if index.exists():
                 shutil.rmtree(index)
-            build(dataset, model, collection, index, args.threads)
+            build(model, collection, index, args.threads)
             filename = f"{name}.tar.gz"
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
                                 if args.url_base else [], description=f"{dataset}: {model} index, shipped model",

@@ -33,7 +33,7 @@ import urllib.request
 import warnings
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # not tqdm.auto: that imports asyncio, at every Pyserini start
 
 from pyserini_ext import registry
 
