@@ -264,7 +264,9 @@ def check_model(name: str, model: str | os.PathLike | None, catalogue: str | os.
         warnings.warn(f"{name} was built by {built_by['name']} (md5 {built_by['md5']}); could not check that the "
                       "query encoder holds that model", stacklevel=3)
         return
-    used = model_fingerprint(model) if registry.model_family(model) else {"name": "not one of our models", "md5": "-"}
+    folder = Path(registry.resolve_model(model))
+    ours = folder.is_dir() and registry.model_family(folder) is not None  # a hub name is not the recorded folder
+    used = model_fingerprint(folder) if ours else {"name": "not one of our models", "md5": "-"}
     if used["md5"] != built_by["md5"]:
         raise PrebuiltIndexError(f"prebuilt index {name} was built by {built_by['name']} (weights md5 "
                                  f"{built_by['md5']}), but is searched with {model} ({used['name']}, weights md5 "
