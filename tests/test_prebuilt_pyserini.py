@@ -306,5 +306,5 @@ def test_pyserini_names_fail_as_pyserini_expects_when_no_mirror_serves_them(tmp_
     monkeypatch.setenv(prebuilt.MIRROR_ENV, "http://127.0.0.1:9/down")
     monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
     prebuilt.register_with_pyserini(pyserini.util)
-    with pytest.raises(ValueError, match="could not fetch prebuilt index .*127.0.0.1:9/down/faiss-flat"):
+    with pytest.raises(ValueError, match=r"(?s)could not fetch prebuilt index .*127.0.0.1:9/down/faiss-flat"):
         pyserini.util.download_prebuilt_index(PYSERINI_AGG)
