@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pyserini_ext.demo import run_pipeline
+from pyserini_ext.demo import LEXICAL_ONLY, run_pipeline
 from pyserini_ext.evaluation import evaluate, read_trec_run, write_trec_run
 
 SUBSET_DOCS = 800
@@ -36,7 +36,7 @@ def scifact_subset(scifact, tmp_path_factory):
 def pipeline(scifact_subset, tmp_path_factory):
     root, _, _ = scifact_subset
     # `make demo` encodes the corpus with aggretriever-onnx; this covers the torch encoder through the CLI
-    return run_pipeline(str(root), "test", tmp_path_factory.mktemp("demo"), model=None, max_length=128,
+    return run_pipeline(str(root), "test", tmp_path_factory.mktemp("demo"), model=LEXICAL_ONLY, max_length=128,
                         batch_size=32, threads=2, document_encoder_class="aggretriever")
 
 

@@ -20,6 +20,7 @@ from pyserini_ext.cli.options import (
 from pyserini_ext.data import load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.aligner import AlignerConfig
+from pyserini_ext.registry import resolve_model
 from pyserini_ext.train.aligner import NEGATIVE_SOURCES, AlignerLossConfig
 
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
@@ -133,14 +134,15 @@ def index(options: AlignerIndexOptions) -> int:
     corpus = None
     if options.corpus or options.dataset:
         corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
-    model = AlignerModel.from_pretrained(options.model, device=options.device)
+    model_path = resolve_model(options.model, "aligner")
+    model = AlignerModel.from_pretrained(model_path, device=options.device)
     max_length = cap_max_length(options.max_length, model.encoder.config.max_position_embeddings)
     if options.has_cached_encoding():
         encoded = EncodedCorpus.load(options.encoded)
         encoded.check_matches(options.encoded, model, corpus, max_length)
     else:
         encoded = encode_corpus(model, corpus, batch_size=options.batch_size, max_length=max_length,
-                                fp16=options.fp16, model_path=str(Path(options.model).resolve()))
+                                fp16=options.fp16, model_path=str(Path(model_path).resolve()))
         if options.encoded:
             encoded.save(options.encoded)
     settings = {name: getattr(options, name) for name in ("beta_d", "codec", "candidates", "nlist", "pq_m")
@@ -154,7 +156,14 @@ def index(options: AlignerIndexOptions) -> int:
 
 def _searcher(options: AlignerSearchOptions):
     from pyserini_ext.search.aligner import open_searcher
-    return open_searcher(options.index, options.model, **options.searcher_settings())
+    index, model = options.index, resolve_model(options.model, "aligner") if options.model else None
+    if not Path(index).is_dir():  # a prebuilt index name: fetched like Pyserini's, searched with its model
+        from pyserini_ext.index import prebuilt
+
+        index = prebuilt.download_prebuilt(options.index)
+        model = model or prebuilt.shipped_model(options.index)
+        prebuilt.check_model(options.index, model)
+    return open_searcher(index, model, **options.searcher_settings())
 
 
 def search(options: AlignerRunOptions) -> int:

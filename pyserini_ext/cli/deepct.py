@@ -25,6 +25,7 @@ from pyserini_ext.cli.options import (
 from pyserini_ext.data import load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.deepct_terms import STEMMERS, TF_MODES, AnalyzerSettings
+from pyserini_ext.registry import resolve_model
 
 
 @dataclass
@@ -75,7 +76,7 @@ def index(options: DeepCTIndexOptions) -> None:
     if Path(options.output).exists() and not options.overwrite:  # before the weighing work
         raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
     corpus = load_dataset(options.dataset).corpus if options.dataset else read_corpus(options.corpus)
-    model = DeepCTModel.from_pretrained(options.model).to(options.device)
+    model = DeepCTModel.from_pretrained(resolve_model(options.model, "deepct")).to(options.device)
     model.max_length = cap_max_length(options.max_length, model.encoder.config.max_position_embeddings) \
         or model.max_length
     report = build_deepct_index(model, corpus, options.output, scale=options.scale, mode=options.mode,
@@ -92,7 +93,7 @@ def search(options: DeepCTSearchOptions) -> None:
     if options.query_model:
         from pyserini_ext.encode.deepct import DeepCTQueryWeigher
 
-        query_weights, tag = DeepCTQueryWeigher(options.query_model), f"deepct-query {tag}"
+        query_weights, tag = DeepCTQueryWeigher(resolve_model(options.query_model, "deepct")), f"deepct-query {tag}"
     run = searcher.search_topics(read_topics(options.topics), k=options.hits, threads=options.threads,
                                  query_weights=query_weights)
     write_run(run, options.output, tag)
@@ -101,7 +102,7 @@ def search(options: DeepCTSearchOptions) -> None:
 def query(options: DeepCTQueryOptions) -> None:
     from pyserini_ext.encode.deepct import DeepCTQueryWeigher
 
-    weights = DeepCTQueryWeigher(options.model)(options.text)
+    weights = DeepCTQueryWeigher(resolve_model(options.model, "deepct"))(options.text)
     print(json.dumps({w: round(v, 4) for w, v in sorted(weights.items(), key=lambda x: -x[1])}, ensure_ascii=False))
 
 

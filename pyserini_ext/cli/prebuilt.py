@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass
 
 from pyserini_ext.cli.options import Command, command_group, option
+from pyserini_ext.index.prebuilt import PYSERINI_INFO
 
 
 @dataclass
@@ -15,6 +16,9 @@ class PackOptions:
     url: list[str] | None = option(None, help="where the tarball will be served (mirrors: repeat)", repeat=True)
     description: str = option("", help="one line for the catalogue")
     catalogue: str | None = option(None, help="catalogue JSON to add the record to")
+    kind: str | None = option(None, choices=sorted(PYSERINI_INFO), help="which searcher opens it (default: detected)")
+    model: str | None = option(None, help="model folder or bare name that built the index (recorded with its md5)")
+    texts: str | None = option(None, help="Faiss indexes: the prebuilt Lucene index name holding the passages")
 
 
 @dataclass
@@ -33,7 +37,7 @@ def pack(options: PackOptions) -> None:
     from pyserini_ext.index.prebuilt import pack_index
 
     record = pack_index(options.index, options.name, options.output, options.url, options.description,
-                        options.catalogue)
+                        options.catalogue, options.kind, options.model, options.texts)
     print(json.dumps({options.name: record}, indent=1))
 
 

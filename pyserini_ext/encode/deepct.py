@@ -6,14 +6,18 @@
   {analyzed term: integer weight} as Pyserini's `LuceneImpactSearcher` expects (it casts weights to int, so
   weights are scaled like the index tf: round(scale * w)). Terms are analyzed with the index's analyzer so
   they match a DeepCT index (or a plain Lucene index).
+* `DeepCTDocumentEncoder` is the Pyserini document encoder registered as `deepct`: `python -m pyserini.encode`
+  (no `--to-faiss`) writes each passage as {analyzed term: integer tf}, the terms and tf our DeepCT index
+  holds, i.e. a JsonVectorCollection for `python -m pyserini.index.lucene --impact --pretokenized`.
 """
 from __future__ import annotations
 
 import os
 
-from pyserini.encode import QueryEncoder
+import torch
+from pyserini.encode import DocumentEncoder, QueryEncoder
 
-from pyserini_ext.data.text import sanitize_texts
+from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.models.deepct_terms import (
     DEFAULT_ANALYZER,
@@ -47,3 +51,21 @@ class DeepCTQueryEncoder(QueryEncoder):
         """{term: integer weight}; empty when no query word gets weight (empty or unknown-word queries)."""
         word_weights = word_term_frequencies(self.weigher(text), self.scale, self.mode)
         return {t: int(w) for t, w in self.words.term_weights(word_weights).items()}
+
+
+class DeepCTDocumentEncoder(DocumentEncoder):
+    def __init__(self, model_name: DeepCTModel | str | os.PathLike, scale: float = 100.0, mode: str = "linear",
+                 analyzer: AnalyzerSettings = DEFAULT_ANALYZER, device: str = "cpu", **_pyserini_kwargs):
+        self.model = model_name if isinstance(model_name, DeepCTModel) else DeepCTModel.from_pretrained(model_name)
+        self.model.to(device if device.startswith("cpu") or torch.cuda.is_available() else "cpu")
+        self.scale, self.mode = scale, mode
+        self.words = WordAnalyzer(analyzer)
+
+    def encode(self, texts: list[str], titles: list[str] | None = None, **_pyserini_kwargs) -> list[dict[str, int]]:
+        """Per passage (title + text) {term: tf >= 1}; long passages are weighed in windows, as for the index
+        (Pyserini's `max_length` does not truncate them)."""
+        encoded = []
+        for weights in self.model.word_weights(document_texts(texts, titles)):
+            word_tfs = word_term_frequencies(merge_word_weights(weights), self.scale, self.mode)
+            encoded.append({t: int(tf) for t, tf in self.words.term_weights(word_tfs).items()})
+        return encoded
