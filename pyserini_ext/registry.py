@@ -17,9 +17,10 @@ Pyserini's files are never edited.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -27,6 +28,7 @@ from pathlib import Path
 class EncoderEntry:
     document: str | None  # "module:Class"
     query: str | None
+    options: dict = field(default_factory=dict)  # keyword defaults for both classes, e.g. {"backend": "onnx"}
 
 
 ENCODERS: dict[str, EncoderEntry] = {
@@ -35,13 +37,20 @@ ENCODERS: dict[str, EncoderEntry] = {
         "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
     ),
     "aggretriever-onnx": EncoderEntry(
-        "pyserini_ext.encode.aggretriever_onnx:AggretrieverOnnxDocumentEncoder",
-        "pyserini_ext.encode.aggretriever_onnx:AggretrieverOnnxQueryEncoder",
+        "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
+        "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
+        {"backend": "onnx"},
     ),
     "deepct": EncoderEntry(None, "pyserini_ext.encode.deepct:DeepCTQueryEncoder"),
+    "deepct-onnx": EncoderEntry(None, "pyserini_ext.encode.deepct:DeepCTQueryEncoder", {"backend": "onnx"}),
     "aligner": EncoderEntry(
         "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
         "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+    ),
+    "aligner-onnx": EncoderEntry(
+        "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
+        "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+        {"backend": "onnx"},
     ),
 }
 
@@ -65,24 +74,26 @@ class LazyEncoderClass:
     Pyserini only ever calls the map's values (`encoder_class(**kwargs)`), so registering costs no import.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, options: dict | None = None):
         self.path = path
+        self.options = options or {}
 
     def __call__(self, *args, **kwargs):
-        return _load(self.path)(*args, **kwargs)
+        return _load(self.path)(*args, **{**self.options, **kwargs})
 
     def __repr__(self) -> str:
         return f"<pyserini-ext encoder {self.path}>"
 
 
 def encoder_class(name: str, kind: str = "document"):
-    """Our document or query encoder class for `name`; the error lists the known names."""
+    """Our document or query encoder class for `name` (with the name's options bound); the error lists the
+    known names."""
     entry = ENCODERS.get(name)
     path = getattr(entry, kind, None) if entry else None
     if path is None:
         known = sorted(n for n, e in ENCODERS.items() if getattr(e, kind))
         raise UnknownEncoderError(f"unknown {kind} encoder {name!r}; known: {', '.join(known)}")
-    return _load(path)
+    return functools.partial(_load(path), **entry.options) if entry.options else _load(path)
 
 
 def cli_max_length() -> int | None:
@@ -149,7 +160,7 @@ def register_with_pyserini(encode_module=None) -> None:
         encode_module = importlib.import_module("pyserini.encode")
     for name, entry in ENCODERS.items():
         if entry.document:
-            encode_module.document_encoder_class_map[name] = LazyEncoderClass(entry.document)
+            encode_module.document_encoder_class_map[name] = LazyEncoderClass(entry.document, entry.options)
         if entry.query:
-            encode_module.query_encoder_class_map[name] = LazyEncoderClass(entry.query)
+            encode_module.query_encoder_class_map[name] = LazyEncoderClass(entry.query, entry.options)
     _patch_argparse()
