@@ -159,7 +159,8 @@ def _search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beta-q", type=float, default=0.5, help="fraction of query tokens kept by salience")
     parser.add_argument("--alignment", default="k=1", help="k=<int> or p=<fraction|percent%%>")
     parser.add_argument("--neighbours", type=int, default=256, help="nearest document tokens per query token")
-    parser.add_argument("--nprobe", type=int, default=32, help="IVF lists probed (ivfpq candidates)")
+    parser.add_argument("--nprobe", type=int, default=32,
+                        help="IVF lists (ivfpq) or centroids per query token (centroid) probed")
     parser.add_argument("--hits", type=int, default=1000)
 
 
@@ -194,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--encoded", help="cache of the unpruned encoding (.npz): reused if present, else written")
     index.add_argument("--beta-d", type=float, default=1.0, help="fraction of each document's tokens kept")
     index.add_argument("--codec", choices=("float16", "residual-pq"), default="float16")
-    index.add_argument("--candidates", choices=("flat", "ivfpq", "hnsw"), default="flat")
+    index.add_argument("--candidates", choices=("flat", "ivfpq", "hnsw", "centroid"), default="flat")
     index.add_argument("--nlist", type=int, help="IVF lists (default ~4 sqrt(tokens), at most 1024)")
     index.add_argument("--pq-m", type=int, default=32, help="PQ sub-quantizers (bytes per token code)")
     index.add_argument("--batch-size", type=int, default=32)

@@ -50,7 +50,7 @@ def adapt_alignment(searcher: AlignerSearcher, queries: Mapping[str, str], qrels
         raise ValueError(f"labelled queries without judgements: {', '.join(unjudged)}")
     qids = list(queries)
     encoded = searcher.encode_queries([queries[q] for q in qids])
-    candidates = [searcher.candidates(vectors) for vectors, _ in encoded]
+    candidates = [searcher.candidates(vectors, weights) for vectors, weights in encoded]
     means: dict[str, float] = {}
     for option in options:
         per_query = [ndcg_at_10([h.docid for h in searcher.rank(v, w, k, option, doc_indices=c)], qrels[qid])
