@@ -41,7 +41,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check pyserini_ext java_bridge tests bench
 
 bench: $(INSTALLED)
-	$(BIN)/python bench/bench_aggretriever.py
+	$(BIN)/python bench/make_report.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
