@@ -59,6 +59,10 @@ class RuntimeDeepCTModel:
             loaded = OnnxDeepCTModel(loaded, self.runtime.session(GRAPH, Path(model), lambda: loaded))
         self.model = loaded
 
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
     def word_weights(self, texts: list[str], batch_size: int = 64) -> list[list[tuple[str, float]]]:
         with self.runtime.autocast():
             return self.model.word_weights(texts, batch_size)
