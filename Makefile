@@ -50,7 +50,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check pyserini_ext java_bridge tests bench
 
 bench: $(INSTALLED)
-	$(BIN)/python bench/bench_aggretriever.py
+	$(BIN)/python bench/make_report.py
 
 # docs/report.md + plots; hours of CPU, every step cached in runs/report (e.g. REPORT_ARGS="--datasets cranfield")
 REPORT_ARGS ?=

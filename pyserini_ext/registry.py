@@ -26,10 +26,11 @@ Pyserini's files are never edited.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -37,6 +38,7 @@ from pathlib import Path
 class EncoderEntry:
     document: str | None  # "module:Class"
     query: str | None
+    options: dict = field(default_factory=dict)  # keyword defaults for both classes, e.g. {"backend": "onnx"}
 
 
 ENCODERS: dict[str, EncoderEntry] = {
@@ -45,16 +47,27 @@ ENCODERS: dict[str, EncoderEntry] = {
         "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
     ),
     "aggretriever-onnx": EncoderEntry(
-        "pyserini_ext.encode.aggretriever_onnx:AggretrieverOnnxDocumentEncoder",
-        "pyserini_ext.encode.aggretriever_onnx:AggretrieverOnnxQueryEncoder",
+        "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
+        "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
+        {"backend": "onnx"},
     ),
     "deepct": EncoderEntry(
         "pyserini_ext.encode.deepct:DeepCTDocumentEncoder",
         "pyserini_ext.encode.deepct:DeepCTQueryEncoder",
     ),
+    "deepct-onnx": EncoderEntry(
+        "pyserini_ext.encode.deepct:DeepCTDocumentEncoder",
+        "pyserini_ext.encode.deepct:DeepCTQueryEncoder",
+        {"backend": "onnx"},
+    ),
     "aligner": EncoderEntry(
         "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
         "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+    ),
+    "aligner-onnx": EncoderEntry(
+        "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
+        "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+        {"backend": "onnx"},
     ),
 }
 
@@ -172,10 +185,11 @@ class LazyEncoderClass:
     A bare name is resolved to its default model folder; a model of another family is an error.
     """
 
-    def __init__(self, path: str, name: str | None = None, kind: str | None = None):
+    def __init__(self, path: str, name: str | None = None, kind: str | None = None, options: dict | None = None):
         self.path = path
         self.name = name
         self.kind = kind
+        self.options = options if options is not None else (ENCODERS[name].options if name in ENCODERS else {})
 
     def __call__(self, *args, **kwargs):
         model, where = _model_argument(args, kwargs)
@@ -185,7 +199,7 @@ class LazyEncoderClass:
         if model is not None and self.name is not None:
             model = resolve_model(model, family_of(self.name))
             args, kwargs = _with_model(args, kwargs, where, model)
-        encoder = _load(self.path)(*args, **kwargs)
+        encoder = _load(self.path)(*args, **{**self.options, **kwargs})
         if model is not None:
             setattr(encoder, MODEL_ATTRIBUTE, model)
         return encoder
@@ -222,13 +236,14 @@ def _handing_our_models_over(cls: type, kind: str) -> type:
 
 
 def encoder_class(name: str, kind: str = "document"):
-    """Our document or query encoder class for `name`; the error lists the known names."""
+    """Our document or query encoder class for `name` (with the name's options bound); the error lists the
+    known names."""
     entry = ENCODERS.get(name)
     path = getattr(entry, kind, None) if entry else None
     if path is None:
         known = sorted(n for n, e in ENCODERS.items() if getattr(e, kind))
         raise UnknownEncoderError(f"unknown {kind} encoder {name!r}; known: {', '.join(known)}")
-    return _load(path)
+    return functools.partial(_load(path), **entry.options) if entry.options else _load(path)
 
 
 def cli_max_length() -> int | None:

@@ -50,10 +50,12 @@ def exact_index(encoded, tmp_path_factory):
     return build_index(encoded, tmp_path_factory.mktemp("idx") / "exact", progress=False)
 
 
-@pytest.fixture(scope="module")
-def compressed_index(encoded, tmp_path_factory):
+@pytest.fixture(scope="module", params=[("ivfpq", 32), ("centroid", 32)], ids=["ivfpq", "centroid"])
+def compressed_index(encoded, tmp_path_factory, request):
+    """Residual PQ codes with a token-level IVF-PQ candidate index, or PLAID-style centroid candidates."""
+    candidates, pq_m = request.param
     return build_index(encoded, tmp_path_factory.mktemp("idx") / "compressed", codec="residual-pq",
-                       candidates="ivfpq", nlist=64, pq_m=32, progress=False)
+                       candidates=candidates, nlist=64, pq_m=pq_m, progress=False)
 
 
 def _reference_scores(aligner: AlignerModel, query: str, corpus: dict, alignment: Alignment) -> dict[str, float]:
@@ -76,7 +78,7 @@ def test_exact_search_equals_brute_force_over_every_document(model, sample, exac
     aligner, _ = model
     queries = list(sample[0].values())[:4]
     index = AlignerIndex.open(exact_index)
-    exhaustive = AlignerSearcher(index, aligner, alignment=alignment, neighbours=index.candidate_index.ntotal)
+    exhaustive = AlignerSearcher(index, aligner, alignment=alignment, neighbours=index.tokens)
     default = AlignerSearcher(index, aligner, alignment=alignment)
     overlaps = []
     for query in queries:

@@ -52,7 +52,7 @@ class AlignerIndexOptions(IndexingOptions):
     encoded: str | None = option(None, help="cache of the unpruned encoding (.npz): reused if present, else written")
     beta_d: float | None = option(None, help="fraction of each document's tokens kept", min=0.0, max=1.0)
     codec: str | None = option(None, choices=("float16", "residual-pq"), help="token store")
-    candidates: str | None = option(None, choices=("flat", "ivfpq", "hnsw"), help="candidate generator")
+    candidates: str | None = option(None, choices=("flat", "ivfpq", "hnsw", "centroid"), help="candidate generator")
     nlist: int | None = option(None, help="IVF lists (by default ~4 sqrt(tokens), at most 1024)", min=1)
     pq_m: int | None = option(None, help="PQ sub-quantizers (bytes per token code)", min=1)
     max_length: int | None = option(None, help="document tokens (default: the model's)", min=1)
@@ -69,7 +69,8 @@ class AlignerSearchOptions(SearchOptions):
     beta_q: float | None = option(None, help="fraction of query tokens kept by salience", min=0.0, max=1.0)
     alignment: str | None = option(None, help="k=<int> or p=<fraction|percent%%>")
     neighbours: int | None = option(None, help="nearest document tokens per query token", min=1)
-    nprobe: int | None = option(None, help="IVF lists probed (ivfpq candidates)", min=1)
+    nprobe: int | None = option(None, help="IVF lists (ivfpq) or centroids per query token (centroid) probed",
+                                min=1)
     device: str = option("cpu", help="torch device")
 
     def searcher_settings(self) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -187,10 +187,13 @@ class AlignerModel(nn.Module):
 
     @torch.no_grad()
     def encode_texts(self, texts: Sequence[str], kind: str, batch_size: int = 32, max_length: int | None = None,
-                     fp16: bool = False, progress: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+                     fp16: bool = False, progress: bool = False,
+                     encode_batch: Callable[[list[str]], EncodedTokens] | None = None
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token vectors [n, dim] float32, salience pre-activations [n]); padding removed.
 
-        Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only.
+        Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only. `encode_batch`
+        replaces this model's forward (an encoder on another backend or precision, pyserini_ext.encode).
         """
         if batch_size < 1:  # range() would silently encode nothing
             raise ValueError(f"batch size must be >= 1, got {batch_size}")
@@ -200,11 +203,14 @@ class AlignerModel(nn.Module):
         use_fp16 = fp16 and self.device.type == "cuda"
         for start in tqdm(range(0, len(order), batch_size), desc=f"encode {kind}s", disable=not progress):
             chunk = order[start:start + batch_size]
-            with torch.autocast(self.device.type, dtype=torch.float16, enabled=use_fp16):
-                encoded = self.encode_batch([texts[i] for i in chunk], kind, max_length)
+            if encode_batch is not None:
+                encoded = encode_batch([texts[i] for i in chunk])
+            else:
+                with torch.autocast(self.device.type, dtype=torch.float16, enabled=use_fp16):
+                    encoded = self.encode_batch([texts[i] for i in chunk], kind, max_length)
             lengths = encoded.mask.sum(-1).tolist()
-            vectors = encoded.vectors.cpu().numpy()
-            scores = encoded.salience_scores.cpu().numpy()
+            vectors = encoded.vectors.float().cpu().numpy()
+            scores = encoded.salience_scores.float().cpu().numpy()
             for row, i in enumerate(chunk):
                 results[i] = (vectors[row, :lengths[row]], scores[row, :lengths[row]])
         return results

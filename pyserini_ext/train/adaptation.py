@@ -45,7 +45,7 @@ def adapt_alignment(searcher: AlignerSearcher, queries: Mapping[str, str], qrels
         raise ValueError(f"labelled queries without judgements: {', '.join(unjudged)}")
     qids = list(queries)
     encoded = searcher.encode_queries([queries[q] for q in qids])
-    candidates = [searcher.candidates(vectors) for vectors, _ in encoded]
+    candidates = [searcher.candidates(vectors, weights) for vectors, weights in encoded]
     labelled_qrels = {qid: qrels[qid] for qid in qids}
     means: dict[str, float] = {}
     for option in options:
