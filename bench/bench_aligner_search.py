@@ -54,7 +54,7 @@ def main() -> None:
     faiss.omp_set_num_threads(1)
     model_dir = _model("aligner", args.aligner, "aligner_config.json")
     corpus, queries, qrels = subset(load_dataset("scifact"), args.docs)
-    model = AlignerModel.load(model_dir)
+    model = AlignerModel.from_pretrained(model_dir)
     if args.encoded and Path(args.encoded).is_file():
         encoded = EncodedCorpus.load(args.encoded)
     else:

@@ -80,17 +80,17 @@ def aggretriever(model_dir, corpus, queries, settings, onnx_dir):
 def deepct(model_dir, corpus, queries, settings, onnx_dir, tmp):
     from pyserini.search.lucene import LuceneSearcher
 
+    from pyserini_ext.data import document_text
     from pyserini_ext.encode.deepct import RuntimeDeepCTModel
     from pyserini_ext.encode.runtime import EncoderRuntime
     from pyserini_ext.index.deepct import build_deepct_index
-    from pyserini_ext.train.deepct import passage_text
 
     docids = list(corpus)
     out = {}
     for name, options in settings.items():
         started = time.perf_counter()
         model = RuntimeDeepCTModel(model_dir, EncoderRuntime(onnx_dir=onnx_dir, **options))
-        weights = model.word_weights([passage_text(corpus[d]) for d in docids])
+        weights = model.word_weights([document_text(corpus[d]) for d in docids])
         index = Path(tmp) / f"deepct-{name.replace(' ', '-')}"
         build_deepct_index(model, corpus, index)
         searcher = LuceneSearcher(str(index))

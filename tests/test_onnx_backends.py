@@ -37,7 +37,7 @@ def deepct_dir(tmp_path_factory, splade_tiny_dir):
 @pytest.fixture(scope="module")
 def aligner_dir(tmp_path_factory, splade_tiny_dir):
     torch.manual_seed(3)
-    return AlignerModel.from_backbone(splade_tiny_dir).save(tmp_path_factory.mktemp("aligner") / "model")
+    return AlignerModel.from_backbone(splade_tiny_dir).save_pretrained(tmp_path_factory.mktemp("aligner") / "model")
 
 
 def _weights(runs):

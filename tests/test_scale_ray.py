@@ -11,10 +11,10 @@ from transformers import AutoTokenizer
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
 from pyserini_ext.index.aligner import AlignerIndex, build_index, encode_corpus
 from pyserini_ext.index.deepct import build_deepct_index
+from pyserini_ext.index.scale import encode_on_ray
 from pyserini_ext.models.aggretriever import from_masked_lm
 from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.deepct import DeepCTModel
-from pyserini_ext.scale import encode_on_ray
 
 ray = pytest.importorskip("ray")
 
@@ -43,7 +43,7 @@ def models(tmp_path_factory, splade_tiny_dir):
     agg = from_masked_lm(splade_tiny_dir, constant_term_weight=1.0, zero_cls=True).save_pretrained(
         root / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
     deepct = DeepCTModel.from_pretrained(splade_tiny_dir).save_pretrained(root / "deepct")
-    aligner = AlignerModel.from_backbone(splade_tiny_dir).save(root / "aligner")
+    aligner = AlignerModel.from_backbone(splade_tiny_dir).save_pretrained(root / "aligner")
     return agg, deepct, aligner
 
 
@@ -73,7 +73,7 @@ def test_two_ray_workers_build_the_single_process_indexes(cluster, corpus, model
 
     # AligneR: same tokens and offsets; vectors equal up to float16 rounding of batch-dependent float32 noise
     ray_folder = encode_on_ray("aligner", aligner_dir, corpus, tmp_path / "aligner", workers=2)
-    model = AlignerModel.load(aligner_dir)
+    model = AlignerModel.from_pretrained(aligner_dir)
     single_folder = build_index(encode_corpus(model, corpus, progress=False), tmp_path / "aligner-single",
                                 progress=False)
     ray_aligner, single_aligner = AlignerIndex.open(ray_folder), AlignerIndex.open(single_folder)

@@ -184,3 +184,27 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
             where = f"{path}:{line_no}"
             qrels.setdefault(check_id(parts[0], where, "query"), {})[check_id(parts[1], where)] = score
     return qrels
+
+
+def read_triples(path: str | os.PathLike) -> list[tuple[str, str, str]]:
+    """MS MARCO training triples `query \\t positive \\t negative` (tsv or tsv.gz; a folder: its triples*.tsv*)."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("triples*.tsv*"))
+        if not found:
+            raise FileNotFoundError(f"{path}: no triples*.tsv[.gz] file")
+        path = found[0]
+    opener = gzip.open if path.suffix == ".gz" else open
+    triples = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 3:
+                raise InputError(f"{path}:{line_no}: expected 'query<TAB>positive<TAB>negative', "
+                                 f"got {len(parts)} fields")
+            triples.append((parts[0], parts[1], parts[2]))
+    if not triples:
+        raise InputError(f"{path}: no triples")
+    return triples

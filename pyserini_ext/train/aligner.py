@@ -151,7 +151,7 @@ def distill_aligner(backbone: str | os.PathLike, data, out_dir: str | os.PathLik
                                                              distill_config.group_size, train_config.seed, epoch),
                    loss_fn, train_config, steps_per_epoch(data, distill_config), desc="distil aligner",
                    parameter_groups=groups, checkpoint_dir=checkpoint_dir)
-    model.save(out_dir)
+    model.save_pretrained(out_dir)
     save_training_log(out_dir, train_config, losses, distillation=asdict(distill_config), temperature=temperature,
                       training_queries=len(data.queries), backbone=str(backbone))
     return model, losses

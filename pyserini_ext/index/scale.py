@@ -44,8 +44,8 @@ class ShardEncoder:
                                                        max_length=self.options.get("max_length", 512))
                                    for i in range(0, len(docs), batch)])
         if self.kind == "deepct":
-            from pyserini_ext.train.deepct import passage_text
-            return self.encoder.word_weights([passage_text(d) for _, d in docs])
+            from pyserini_ext.data import document_text
+            return self.encoder.word_weights([document_text(d) for _, d in docs])
         from pyserini_ext.index.aligner import encode_corpus
         return encode_corpus(self.encoder, dict(docs), progress=False, max_length=self.options.get("max_length"))
 
