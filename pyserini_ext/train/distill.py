@@ -168,14 +168,19 @@ def _batches(items: Sequence, size: int):
         yield items[start:start + size]
 
 
+def _packaged_model(backbone: str, auto_class: str, device: str):
+    """(tokenizer, model in eval mode on `device`) of a packaged backbone, through transformers' `auto_class`."""
+    import transformers
+    folder = backbone_path(backbone)
+    model = getattr(transformers, auto_class).from_pretrained(folder).to(device).eval()
+    return transformers.AutoTokenizer.from_pretrained(folder), model
+
+
 class MiniLMTeacher:
     """all-MiniLM-L6-v2 as sentence-transformers runs it: mean pooling over tokens, L2-normalised."""
 
     def __init__(self, device: str = "cpu"):
-        from transformers import AutoModel, AutoTokenizer
-        folder = backbone_path("all-minilm-l6-v2")
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModel.from_pretrained(folder).to(device).eval()
+        self.tokenizer, self.model = _packaged_model("all-minilm-l6-v2", "AutoModel", device)
         self.device = device
 
     @torch.inference_mode()
@@ -199,10 +204,7 @@ class SpladeTeacher:
     """splade-tiny: log(1 + ReLU(MLM logits)), max over non-padding positions, as sparse vocabulary vectors."""
 
     def __init__(self, device: str = "cpu"):
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-        folder = backbone_path("splade-tiny")
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForMaskedLM.from_pretrained(folder).to(device).eval()
+        self.tokenizer, self.model = _packaged_model("splade-tiny", "AutoModelForMaskedLM", device)
         self.device = device
         vocab = self.tokenizer.get_vocab()
         self.vocabulary = [""] * len(vocab)
