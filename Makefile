@@ -10,7 +10,7 @@ INSTALLED := $(VENV)/.pyserini-ext-installed
 PYTEST := $(BIN)/python -m pytest
 export PYSERINI_EXT_DATA ?= $(HOME)/.cache/pyserini_ext/datasets
 
-.PHONY: setup demo test test-slow lint bench models report clean
+.PHONY: setup demo prebuilt test test-slow lint bench models report clean
 
 setup: $(INSTALLED)
 
@@ -29,7 +29,16 @@ $(INSTALLED): $(DEPS) setup.cfg setup.py pyserini_ext.pth
 	touch $@
 
 demo: $(INSTALLED)
+	scripts/seed_datasets.sh
 	$(BIN)/python -m pyserini_ext.demo
+
+# Builds the catalogue's indexes from the shipped models into dist/prebuilt and rewrites
+# resources/prebuilt_indexes.json; PREBUILT_URL_BASE = where those tarballs will be served (else set
+# PYSERINI_EXT_MIRROR when downloading).
+PREBUILT_URL_BASE ?=
+prebuilt: $(INSTALLED)
+	scripts/seed_datasets.sh
+	$(BIN)/python scripts/build_prebuilt.py $(if $(PREBUILT_URL_BASE),--url-base $(PREBUILT_URL_BASE))
 
 test: $(INSTALLED)
 	$(PYTEST) tests
@@ -41,7 +50,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check pyserini_ext java_bridge tests bench
 
 bench: $(INSTALLED)
-	$(BIN)/python bench/bench_aggretriever.py
+	$(BIN)/python bench/make_report.py
 
 # docs/report.md + plots; hours of CPU, every step cached in runs/report (e.g. REPORT_ARGS="--datasets cranfield")
 REPORT_ARGS ?=

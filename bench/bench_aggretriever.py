@@ -1,9 +1,9 @@
-"""Aggretriever document encoding: Pyserini's own encoder vs ours (torch and ONNX Runtime backends), same
-weights, same passages, one run.
+"""Aggretriever document encoding: Pyserini's own encoder vs ours on every backend and precision, same weights,
+same passages, one run.
 
 Each side runs in its own fresh subprocess (one after the other, same thread count) so peak memory is that
-side's alone. Prints passages/s, peak RSS and the growth of RSS during encoding, their ratios, and the max
-abs difference between the two sets of vectors.
+side's alone. Prints passages/s, peak RSS and the growth of RSS during encoding, the speed-up over Pyserini, and
+the max abs difference of the vectors from Pyserini's.
 
     .venv/bin/python bench/bench_aggretriever.py --passages 1000 --max-length 256 --batch-size 32
 """
@@ -21,10 +21,17 @@ from pathlib import Path
 
 import numpy as np
 
-SIDES = ("pyserini", "ours", "ours-onnx")
+# side -> our encoder's options (None: Pyserini's encoder)
+SIDES = {
+    "pyserini": None,
+    "ours torch fp32": {"backend": "torch"},
+    "ours onnx fp32": {"backend": "onnx"},
+    "ours torch bf16": {"backend": "torch", "precision": "bfloat16"},
+    "ours onnx int8": {"backend": "onnx", "precision": "int8"},
+}
 
 
-def _rss_mb() -> float:
+def rss_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
@@ -32,8 +39,20 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def _pyserini_encoder(model_dir: str):
-    """Pyserini's AggretrieverDocumentEncoder with our checkpoint's weights (its own loader fails on
+def demo_model(folder: Path) -> str:
+    """The lexical-only splade-tiny Aggretriever of `make demo` (untrained heads, meaningful vectors)."""
+    from transformers import AutoTokenizer
+
+    from pyserini_ext.models.aggretriever import from_masked_lm
+    from pyserini_ext.models.backbones import backbone_path
+
+    backbone = backbone_path("splade-tiny")
+    return str(from_masked_lm(backbone, constant_term_weight=1.0, zero_cls=True)
+               .save_pretrained(folder, AutoTokenizer.from_pretrained(backbone)))
+
+
+def pyserini_encoder(model_dir: str, side: str = "document"):
+    """Pyserini's Aggretriever{Document,Query}Encoder with our checkpoint's weights (its own loader fails on
     transformers 5, so the model is built from the config and given the state dict)."""
     from pyserini.encode import _aggretriever as agg
     from transformers import AutoConfig, AutoTokenizer
@@ -43,28 +62,28 @@ def _pyserini_encoder(model_dir: str):
     config = AutoConfig.from_pretrained(model_dir, output_hidden_states=True)
     model = agg.BertAggretrieverEncoder(config)
     model.load_state_dict(_read_state_dict(Path(model_dir)))
-    encoder = agg.AggretrieverDocumentEncoder.__new__(agg.AggretrieverDocumentEncoder)
-    encoder.model, encoder.device = model.eval(), "cpu"
+    cls = agg.AggretrieverDocumentEncoder if side == "document" else agg.AggretrieverQueryEncoder
+    encoder = cls.__new__(cls)
+    encoder.model, encoder.device, encoder.has_model = model.eval(), "cpu", True
     encoder.tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return encoder
 
 
-def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size: int, out: str) -> None:
+def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size: int, threads: int,
+           out: str) -> None:
     import torch
 
     from pyserini_ext.data import load_dataset
     from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
-    from pyserini_ext.encode.aggretriever_onnx import AggretrieverOnnxDocumentEncoder
 
     docs = list(load_dataset("scifact").corpus.values())[:passages]
-    if side == "pyserini":
-        encoder = _pyserini_encoder(model_dir)
-    elif side == "ours-onnx":
-        encoder = AggretrieverOnnxDocumentEncoder(model_dir, threads=torch.get_num_threads())
-        encoder.encode(["warm-up"], max_length=8)  # the ONNX export happens here, outside the timing
+    options = SIDES[side]
+    if options is None:
+        encoder = pyserini_encoder(model_dir)
     else:
-        encoder = AggretrieverDocumentEncoder(model_dir, device="cpu")
-    rss_before = _rss_mb()
+        encoder = AggretrieverDocumentEncoder(model_dir, device="cpu", threads=threads, **options)
+        encoder.encode(["warm-up"], max_length=8)  # an ONNX export happens here, outside the timing
+    rss_before = rss_mb()
     vectors = []
     start = time.perf_counter()
     with torch.no_grad():
@@ -79,51 +98,56 @@ def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size
                                                "encode_growth_mb": peak - rss_before}))
 
 
+def run_side(script: str, side: str, threads: int, extra: list[str]) -> None:
+    subprocess.run([sys.executable, script, "--worker", side, "--threads", str(threads), *extra], check=True,
+                   env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--passages", type=int, default=1000)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
-    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         import torch
 
         torch.set_num_threads(args.threads)
-        worker(args.worker, args.model_dir, args.passages, args.max_length, args.batch_size, args.out)
+        worker(args.worker, args.model, args.passages, args.max_length, args.batch_size, args.threads, args.out)
         return
 
-    from transformers import AutoTokenizer
-
-    from pyserini_ext.models.aggretriever import from_masked_lm
-    from pyserini_ext.models.backbones import backbone_path
-
     with tempfile.TemporaryDirectory() as tmp:
-        backbone = backbone_path("splade-tiny")
-        model_dir = str(from_masked_lm(backbone, constant_term_weight=1.0, zero_cls=True)
-                        .save_pretrained(Path(tmp) / "model", AutoTokenizer.from_pretrained(backbone)))
+        model_dir = args.model or demo_model(Path(tmp) / "model")
         results = {}
-        for side in SIDES:
-            out = str(Path(tmp) / side)
-            subprocess.run([sys.executable, __file__, "--worker", side, "--model-dir", model_dir, "--out", out,
-                            "--passages", str(args.passages), "--max-length", str(args.max_length),
-                            "--batch-size", str(args.batch_size), "--threads", str(args.threads)],
-                           check=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+        for i, side in enumerate(SIDES):
+            out = str(Path(tmp) / f"side{i}")
+            run_side(__file__, side, args.threads, ["--model", model_dir, "--out", out, "--passages",
+                                                    str(args.passages), "--max-length", str(args.max_length),
+                                                    "--batch-size", str(args.batch_size)])
             results[side] = json.loads(Path(out + ".json").read_text())
             results[side]["vectors"] = np.load(out + ".npy")
     p = results["pyserini"]
-    print(f"splade-tiny backbone, {p['passages']} SciFact passages, max length {args.max_length}, "
-          f"batch {args.batch_size}, {args.threads} threads")
-    print(f"{'':10} {'passages/s':>11} {'peak RSS MB':>12} {'RSS growth MB':>14} {'speed-up':>9} "
+    print(f"Aggretriever documents: {Path(model_dir).name if args.model else 'splade-tiny lexical-only demo'} "
+          f"model, {p['passages']} SciFact passages, max length {args.max_length}, batch {args.batch_size}, "
+          f"{args.threads} threads")
+    print(f"{'':16} {'passages/s':>11} {'peak RSS MB':>12} {'RSS growth MB':>14} {'speed-up':>9} "
           f"{'peak RSS ratio':>15} {'max abs diff':>13}")
-    for side in SIDES:
-        r = results[side]
-        print(f"{side:10} {r['passages'] / r['seconds']:11.2f} {r['peak_rss_mb']:12.0f} {r['encode_growth_mb']:14.0f} "
-              f"{p['seconds'] / r['seconds']:8.2f}x {r['peak_rss_mb'] / p['peak_rss_mb']:15.3f} "
-              f"{np.abs(r['vectors'] - p['vectors']).max():13.2e}")
+    rows = {}
+    for side, r in results.items():
+        rows[side] = {"passages_per_s": r["passages"] / r["seconds"], "speedup": p["seconds"] / r["seconds"],
+                      "peak_rss_mb": r["peak_rss_mb"], "rss_ratio": r["peak_rss_mb"] / p["peak_rss_mb"],
+                      "max_abs_diff": float(np.abs(r["vectors"] - p["vectors"]).max())}
+        row = rows[side]
+        print(f"{side:16} {row['passages_per_s']:11.2f} {r['peak_rss_mb']:12.0f} {r['encode_growth_mb']:14.0f} "
+              f"{row['speedup']:8.2f}x {row['rss_ratio']:15.3f} {row['max_abs_diff']:13.2e}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"max_length": args.max_length, "passages": args.passages,
+                                               "threads": args.threads, "sides": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,11 @@ def set_searcher_similarity(simple_searcher, similarity) -> None:
     field_utils.writeField(simple_searcher, "searcher", None, True)
 
 
+def max_query_terms() -> int:
+    """Lucene's limit on the clauses of one BooleanQuery: a bag-of-words query has one clause per distinct term."""
+    return autoclass("org.apache.lucene.search.BooleanQuery").getMaxClauseCount()
+
+
 def weighted_terms_query(weights: Mapping[str, float], field: str = CONTENTS_FIELD):
     """BooleanQuery of SHOULD clauses `BoostQuery(TermQuery(field:term), weight)`; terms must be analyzed.
 

@@ -3,15 +3,17 @@
 Steps (each printed as the exact command it runs):
   1. export SciFact from the dataset cache to a JsonCollection, TSV topics and TREC qrels;
   2. BM25 index (`python -m pyserini.index.lucene`) and BM25 run (`python -m pyserini.search.lucene`);
-  3. Aggretriever Faiss index (`python -m pyserini.encode ... --encoder-class aggretriever-onnx --to-faiss`:
+  3. Aggretriever Faiss index (`python -m pyserini.encode ... --encoder aggretriever-onnx --to-faiss`:
      ONNX Runtime gives the torch encoder's vectors about twice as fast on CPU) and run
-     (`python -m pyserini.search.faiss --encoder-class aggretriever`);
+     (`python -m pyserini.search.faiss --encoder aggretriever`);
   4. fusions: `python -m pyserini.search.hybrid` (score interpolation) and `python -m pyserini.fusion` (RRF);
-  5. `python -m pyserini.eval.trec_eval` for nDCG@10 and R@100, printed as a table.
+  5. nDCG@10 and R@100 (pyserini_ext.evaluation: trec_eval's code, the values `python -m pyserini.eval.trec_eval
+     -c` prints), printed as a table.
 
-Until trained Aggretriever weights exist, the model is the splade-tiny backbone (MS MARCO-trained MLM head)
-with the term weight fixed to 1 and the [CLS] projection zeroed: pure MLM lexical matching, no learned
-semantic part. Finished steps are kept in the work folder and reused; `--fresh` redoes everything.
+The model is the shipped trained Aggretriever (the bare name `aggretriever`, see resources/models/); `--model
+lexical-only` builds the untrained lexical-only model instead (splade-tiny backbone, term weight fixed to 1,
+[CLS] projection zeroed: pure MLM lexical matching), and `--model FOLDER` uses any Aggretriever folder.
+Finished steps are kept in the work folder and reused; `--fresh` redoes everything.
 """
 from __future__ import annotations
 
@@ -22,13 +24,25 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from pyserini_ext.cli.options import add_options, from_args, option
 from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
-from pyserini_ext.evaluation import trec_eval
+from pyserini_ext.evaluation import evaluate
+from pyserini_ext.index.lucene import lucene_index_command
+from pyserini_ext.registry import resolve_model
 
-DEMO_MODEL_NOTE = ("Aggretriever demo model = splade-tiny backbone, term weight fixed to 1, [CLS] projection "
-                   "zeroed: pure MLM lexical matching (untrained heads; not the paper's model)")
+SHIPPED_MODEL = "aggretriever"
+LEXICAL_ONLY = "lexical-only"
+LEXICAL_ONLY_NOTE = ("Aggretriever lexical-only model = splade-tiny backbone, term weight fixed to 1, [CLS] "
+                     "projection zeroed: pure MLM lexical matching (untrained heads; not the paper's model)")
+
+
+def model_note(model: str) -> str:
+    if model == LEXICAL_ONLY:
+        return LEXICAL_ONLY_NOTE
+    return f"Aggretriever model: {model} = {resolve_model(model)} (its README.md tells how it was trained)"
 
 
 def run_step(command: list[str], output: Path, log: Path) -> None:
@@ -52,10 +66,13 @@ def run_step(command: list[str], output: Path, log: Path) -> None:
     print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, max_length: int,
+def run_pipeline(dataset_name: str, split: str, work: Path, model: str, max_length: int,
                  batch_size: int, threads: int, document_encoder_class: str = "aggretriever-onnx",
                  ) -> tuple[Path, dict[str, Path]]:
-    """Build indexes and runs with Pyserini's CLIs; returns (TREC qrels path, {run name: run path})."""
+    """Build indexes and runs with Pyserini's CLIs; returns (TREC qrels path, {run name: run path}).
+
+    `model`: the bare name `aggretriever` (shipped model), `lexical-only`, or an Aggretriever folder.
+    """
     work.mkdir(parents=True, exist_ok=True)
     log = work / "commands.log"
     py = sys.executable
@@ -67,22 +84,26 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, 
     write_trec_qrels(dataset.qrels(split), qrels)
     print(f"{dataset.name}: {len(dataset.corpus)} documents, {len(dataset.split_queries(split))} {split} queries")
 
-    if model is None:
-        model = work / "aggretriever-demo-model"
-        print(DEMO_MODEL_NOTE)
-        run_step([py, "-m", "pyserini_ext.cli", "aggretriever", "init", "--backbone", "splade-tiny",
-                  "--lexical-only", "--output", str(model)], model, log)
+    print(model_note(model))
+    if model == LEXICAL_ONLY:
+        folder = work / "aggretriever-lexical-only"
+        run_step([py, "-m", "pyserini_ext.cli", "aggretriever", "init", "--model", "splade-tiny",
+                  "--lexical-only", "--output", str(folder)], folder, log)
+        model = str(folder)
+    if model == SHIPPED_MODEL:  # bare names: Pyserini's commands find the shipped model and our classes
+        document_encoder = ["--encoder", document_encoder_class]
+        query_encoder = ["--encoder", SHIPPED_MODEL]
+    else:
+        document_encoder = ["--encoder", model, "--encoder-class", document_encoder_class]
+        query_encoder = ["--encoder", model, "--encoder-class", "aggretriever"]
 
     bm25_index, agg_index = work / "index.bm25", work / "index.aggretriever"
-    run_step([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
-              "--index", str(bm25_index), "--generator", "DefaultLuceneDocumentGenerator",
-              "--threads", str(threads), "--storePositions", "--storeDocvectors", "--storeRaw"],
+    run_step(lucene_index_command(collection, bm25_index, threads, store_positions=True, store_docvectors=True),
              bm25_index, log)
     run_step([py, "-m", "pyserini.encode",
               "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title", "text",
               "output", "--embeddings", str(agg_index), "--to-faiss",
-              "encoder", "--encoder", str(model), "--encoder-class", document_encoder_class,
-              "--fields", "title", "text",
+              "encoder", *document_encoder, "--fields", "title", "text",
               "--dimension", "768", "--max-length", str(max_length), "--batch-size", str(batch_size),
               "--device", "cpu"], agg_index, log)
 
@@ -96,12 +117,10 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, 
               "--output", str(runs["BM25"]), "--bm25", "--hits", "1000", "--threads", str(threads),
               "--batch-size", "64"], runs["BM25"], log)
     run_step([py, "-m", "pyserini.search.faiss", "--index", str(agg_index), "--topics", str(topics),
-              "--encoder", str(model), "--encoder-class", "aggretriever", "--device", "cpu",
-              "--output", str(runs["Aggretriever"]), "--hits", "1000", "--batch-size", "64",
-              "--threads", str(threads)], runs["Aggretriever"], log)
+              *query_encoder, "--device", "cpu", "--output", str(runs["Aggretriever"]), "--hits", "1000",
+              "--batch-size", "64", "--threads", str(threads)], runs["Aggretriever"], log)
     run_step([py, "-m", "pyserini.search.hybrid",
-              "dense", "--index", str(agg_index), "--encoder", str(model), "--encoder-class", "aggretriever",
-              "--device", "cpu",
+              "dense", "--index", str(agg_index), *query_encoder, "--device", "cpu",
               "sparse", "--index", str(bm25_index),
               "fusion", "--alpha", "1.0", "--normalization",
               "run", "--topics", str(topics), "--output", str(runs["Hybrid (pyserini.search.hybrid)"]),
@@ -113,33 +132,38 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: Path | None, 
     return qrels, runs
 
 
+@dataclass
+class DemoOptions:
+    dataset: str = option("scifact", help="dataset name in the cache, or a BEIR folder")
+    split: str = option("test", help="qrels split whose queries are searched")
+    workdir: str = option("runs/demo", help="folder for every intermediate file (reused)")
+    model: str = option(SHIPPED_MODEL, help=f"{SHIPPED_MODEL!r} (the shipped trained model), {LEXICAL_ONLY!r} "
+                        "(untrained, lexical matching only) or an Aggretriever folder")
+    max_length: int = option(256, help="passage length for encoding", min=1)
+    batch_size: int = option(32, help="passages per encoding batch", min=1)
+    document_encoder_class: str = option("aggretriever-onnx", choices=("aggretriever-onnx", "aggretriever"),
+                                         help="ONNX Runtime or torch for the corpus (same vectors)")
+    threads: int = option(os.cpu_count() or 1, help="indexing and search threads", min=1)
+    fresh: bool = option(False, help="rebuild everything")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="scifact", help="dataset name in the cache, or a BEIR folder")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--workdir", default="runs/demo")
-    parser.add_argument("--model", default=None, help="Aggretriever folder (default: build the demo model)")
-    parser.add_argument("--max-length", type=int, default=256, help="passage length for encoding")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--document-encoder-class", choices=["aggretriever-onnx", "aggretriever"],
-                        default="aggretriever-onnx", help="ONNX Runtime or torch for the corpus (same vectors)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--fresh", action="store_true", help="rebuild everything")
-    args = parser.parse_args(argv)
+    add_options(parser, DemoOptions)
+    args = from_args(DemoOptions, parser.parse_args(argv), parser)
 
     work = Path(args.workdir)
     if args.fresh:
         shutil.rmtree(work, ignore_errors=True)
     started = time.perf_counter()
-    qrels, runs = run_pipeline(args.dataset, args.split, work, Path(args.model) if args.model else None,
-                               args.max_length, args.batch_size, args.threads, args.document_encoder_class)
-    print(f"\n{args.dataset} {args.split}: python -m pyserini.eval.trec_eval -c -m ndcg_cut.10 -m recall.100")
+    qrels, runs = run_pipeline(args.dataset, args.split, work, args.model, args.max_length, args.batch_size,
+                               args.threads, args.document_encoder_class)
+    print(f"\n{args.dataset} {args.split}: nDCG@10 and R@100 (the values of python -m pyserini.eval.trec_eval -c)")
     print(f"{'run':<34} {'nDCG@10':>8} {'R@100':>8}")
     for name, path in runs.items():
-        scores = trec_eval(qrels, path, ("ndcg_cut_10", "recall_100"))
+        scores = evaluate(qrels, path, ("ndcg_cut_10", "recall_100"))
         print(f"{name:<34} {scores['ndcg_cut_10']:8.4f} {scores['recall_100']:8.4f}")
-    if not args.model:
-        print(f"\n{DEMO_MODEL_NOTE}")
+    print(f"\n{model_note(args.model)}")
     print(f"total {time.perf_counter() - started:.0f} s; commands and their output: {work / 'commands.log'}")
     return 0
 

@@ -4,10 +4,10 @@
     .venv/bin/python scripts/eval_aligner.py --model MODEL --dataset msmarco-dl19-subset --recall-level 2 ...
 
 The corpus is encoded once (cached as encoded.npz in the work folder); every pruning point is an index built from
-that encoding. Runs are TREC files scored by Pyserini's trec_eval (nDCG@10 on graded qrels; R@100 with
-`-l recall-level` when given, as for DL19). Latency = wall time of batch_search per query (query encoding,
-candidate generation, exact scoring) on the torch/Faiss threads given by --threads. Writes results.json and
-results.md in the work folder, and the pruning-curve PNG where --plot says.
+that encoding. Runs are TREC files scored by pyserini_ext.evaluation (trec_eval's values: nDCG@10 on graded
+qrels; R@100 with `-l recall-level` when given, as for DL19). Latency = wall time of batch_search per query
+(query encoding, candidate generation, exact scoring) on the torch/Faiss threads given by --threads. Writes
+results.json and results.md in the work folder, and the pruning-curve PNG where --plot says.
 """
 from __future__ import annotations
 
@@ -20,18 +20,16 @@ import faiss
 import torch
 
 from pyserini_ext.data import load_dataset, write_trec_qrels
-from pyserini_ext.evaluation import trec_eval, write_trec_run
+from pyserini_ext.evaluation import DEFAULT_METRICS, evaluate, write_trec_run
 from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index, encode_corpus
 from pyserini_ext.models.aligner import AlignerModel
-from pyserini_ext.search.adaptation import adapt_alignment, split_labelled
 from pyserini_ext.search.aligner import AlignerSearcher
+from pyserini_ext.train.adaptation import evaluate_adaptation
 
 
 def evaluate_run(hits: dict, qrels_path: Path, run_path: Path, recall_level: int | None) -> dict[str, float]:
-    write_trec_run({q: [(h.docid, h.score) for h in qh] for q, qh in hits.items()}, run_path)
-    scores = trec_eval(qrels_path, run_path, metrics=("ndcg_cut_10",))
-    scores.update(trec_eval(qrels_path, run_path, metrics=("recall_100",), relevance_level=recall_level))
-    return scores
+    run = write_trec_run({q: [(h.docid, h.score) for h in qh] for q, qh in hits.items()}, run_path)
+    return evaluate(qrels_path, run, DEFAULT_METRICS, recall_level)
 
 
 def run_point(name: str, index_folder: Path, model: AlignerModel, queries: dict[str, str], qrels_path: Path,
@@ -48,7 +46,7 @@ def run_point(name: str, index_folder: Path, model: AlignerModel, queries: dict[
            "bytes_per_token": round(meta["bytes_per_token"], 1), "tokens": meta["counts"]["tokens"],
            "index_mb": round(sum(meta["bytes"].values()) / 2 ** 20, 1), "ms_per_query": round(ms_per_query, 1)}
     print(json.dumps(row), flush=True)
-    return row | {"hits": hits}
+    return row
 
 
 def plot_curve(rows: list[dict], title: str, path: Path) -> None:
@@ -99,7 +97,7 @@ def main() -> None:
     qrels = dataset.qrels(args.split)
     queries = dataset.split_queries(args.split)
     qrels_path = write_trec_qrels(qrels, workdir / "qrels.txt")
-    model = AlignerModel.load(args.model)
+    model = AlignerModel.from_pretrained(args.model)
     cache = workdir / "encoded.npz"
     if cache.is_file() and EncodedCorpus.load(cache).model_info.get("fingerprint") == model.fingerprint():
         encoded = EncodedCorpus.load(cache)
@@ -122,22 +120,13 @@ def main() -> None:
         rows.append(run_point(f"compressed-{beta:g}", folder, model, queries, qrels_path, workdir,
                               args.recall_level, nprobe=32, **options))
 
-    # few-shot adaptation on the full exact index; the k=1 baseline on the remaining queries is its run above
-    labelled, remaining = split_labelled(queries, qrels, args.labelled)
+    # few-shot adaptation on the full exact index
     searcher = AlignerSearcher(workdir / "index-exact-1", model, **options)
-    adaptation = adapt_alignment(searcher, labelled, qrels)
-    remaining_qrels = write_trec_qrels({q: qrels[q] for q in remaining}, workdir / "qrels.remaining.txt")
-    baseline_hits = {q: h for q, h in rows[0]["hits"].items() if q in remaining}
-    chosen_hits = searcher.batch_search(list(remaining.values()), list(remaining), k=100,
-                                        alignment=adaptation.chosen)
-    adapt_report = {**adaptation.as_dict(), "labelled_qids": list(labelled), "remaining_queries": len(remaining),
-                    "remaining_k=1": evaluate_run(baseline_hits, remaining_qrels, workdir / "run.adapt.k1.txt",
-                                                  args.recall_level),
-                    "remaining_chosen": evaluate_run(chosen_hits, remaining_qrels, workdir / "run.adapt.chosen.txt",
-                                                     args.recall_level)}
+    adapt_report = evaluate_adaptation(searcher, queries, qrels, args.labelled, hits=100,
+                                       recall_level=args.recall_level, run_dir=workdir)
     print(json.dumps(adapt_report), flush=True)
 
-    table = [{k: v for k, v in r.items() if k != "hits"} for r in rows]
+    table = rows
     results = {"dataset": args.dataset, "model": args.model, "queries": len(queries), "documents": len(encoded.docids),
                "tokens_before_pruning": int(len(encoded.vectors)), "truncated": encoded.truncated,
                "beta_q": args.beta_q, "neighbours": args.neighbours, "threads": args.threads,

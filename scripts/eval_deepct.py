@@ -23,8 +23,9 @@ import torch
 
 from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
 from pyserini_ext.encode.deepct import DeepCTQueryWeigher
-from pyserini_ext.evaluation import trec_eval, write_trec_run
-from pyserini_ext.index.deepct import build_deepct_index, index_json_collection
+from pyserini_ext.evaluation import DEFAULT_METRICS, evaluate, write_trec_run
+from pyserini_ext.index.deepct import build_deepct_index
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
@@ -36,12 +37,6 @@ DL19_BM25 = (0.82, 0.68)
 DL19_DEEPCT_BM25 = (10.0, 0.9)
 
 
-def evaluate(qrels: Path, run: Path, recall_level: int | None) -> dict[str, float]:
-    ndcg = trec_eval(qrels, run, metrics=("ndcg_cut_10",))
-    recall = trec_eval(qrels, run, metrics=("recall_100",), relevance_level=recall_level)
-    return {"ndcg_cut_10": ndcg["ndcg_cut_10"], "recall_100": recall["recall_100"]}
-
-
 def tune(index: Path, topics: dict[str, str], qrels: Path, work: Path, settings: list, configure) -> tuple:
     """The setting with the best nDCG@10 on the tuning queries (ties: first in grid order)."""
     best, best_score = None, -1.0
@@ -49,7 +44,7 @@ def tune(index: Path, topics: dict[str, str], qrels: Path, work: Path, settings:
         searcher = ClassicLuceneSearcher(index)
         configure(searcher, setting)
         run = write_trec_run(searcher.search_topics(topics, k=100, threads=2), work / "tune.run")
-        score = trec_eval(qrels, run, metrics=("ndcg_cut_10",))["ndcg_cut_10"]
+        score = evaluate(qrels, run, ("ndcg_cut_10",))["ndcg_cut_10"]
         print(f"  tune {index.name} {setting}: nDCG@10 {score:.4f}", flush=True)
         if score > best_score:
             best, best_score = setting, score
@@ -76,7 +71,7 @@ def run_rows(name: str, model: DeepCTModel, untrained: DeepCTModel | None, work:
     plain = work / "index.plain"
     if not plain.exists():
         write_json_collection(dataset.corpus, work / "collection")
-        index_json_collection(work / "collection", plain, threads=2)
+        build_lucene_index(work / "collection", plain, threads=2)
     deepct = work / "index.deepct"
     if not deepct.exists():
         build_deepct_index(model, dataset.corpus, deepct, model_name="trained")
@@ -121,7 +116,7 @@ def run_rows(name: str, model: DeepCTModel, untrained: DeepCTModel | None, work:
                      write_trec_run(run, work / f"deepct-query-{index_name}.run")))
     results = []
     for system, params, run in rows:
-        scores = evaluate(qrels, run, recall_level)
+        scores = evaluate(qrels, run, DEFAULT_METRICS, recall_level)
         print(f"  {name} {system} ({params}): {scores}", flush=True)
         results.append({"dataset": name, "system": system, "params": params, **scores})
     return results, tuning
@@ -135,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     model = DeepCTModel.from_pretrained(args.model)
     torch.manual_seed(args.seed)
-    untrained = DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    untrained = DeepCTModel.from_backbone(backbone_path("splade-tiny"))
     scifact, tuning = run_rows("scifact", model, untrained, args.work, None)
     dl19_tuning = {"bm25": DL19_BM25, "deepct_bm25": DL19_DEEPCT_BM25, "qljm": tuning["qljm"]}
     dl19, _ = run_rows("msmarco-dl19-subset", model, None, args.work, dl19_tuning)

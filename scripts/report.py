@@ -20,7 +20,6 @@ Writes docs/report.md and the PNG plots in docs/ (with `--subset`: report-subset
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import itertools
 import json
@@ -34,8 +33,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyserini_ext.data import data_home, load_dataset, write_json_collection, write_topics, write_trec_qrels
-from pyserini_ext.evaluation import trec_eval
+from pyserini_ext.data import (
+    data_home,
+    load_dataset,
+    read_triples,
+    write_json_collection,
+    write_topics,
+    write_trec_qrels,
+)
+from pyserini_ext.evaluation import evaluate as evaluate_run
+from pyserini_ext.index.lucene import lucene_index_command
 from pyserini_ext.models.backbones import backbone_path
 
 
@@ -114,24 +121,6 @@ def subset_corpus(corpus: Mapping[str, Mapping[str, str]], judged: Iterable[str]
     return {docid: doc for docid, doc in corpus.items() if docid in keep}
 
 
-def read_triples(path: Path) -> list[tuple[str, str, str]]:
-    """MS MARCO training triples: `query \\t positive \\t negative` per line (tsv or tsv.gz)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    triples = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 3:
-                raise ValueError(f"{path}:{line_no}: expected 'query<TAB>positive<TAB>negative', "
-                                 f"got {len(parts)} fields")
-            triples.append((parts[0], parts[1], parts[2]))
-    if not triples:
-        raise ValueError(f"{path}: no triples")
-    return triples
-
-
 def build_msmarco_dev_set(passages: Mapping[str, Mapping[str, str]], triples_path: Path, out_dir: Path) -> Path:
     """A BEIR folder for development queries: corpus = `passages` + `triples-p{i}` / `triples-n{i}`,
     queries `triples-q{i}` = the triples' queries, qrels/dev.tsv = each query's positive (relevance 1)."""
@@ -160,10 +149,7 @@ def build_msmarco_dev_set(passages: Mapping[str, Mapping[str, str]], triples_pat
 
 def evaluate(qrels: Path, run: Path, recall_level: int | None) -> dict[str, float]:
     """nDCG@10 on the graded labels and R@100 (with `-l recall_level` where given), by Pyserini's trec_eval."""
-    if recall_level is None:
-        return trec_eval(qrels, run, ("ndcg_cut_10", "recall_100"))
-    return {**trec_eval(qrels, run, ("ndcg_cut_10",)),
-            **trec_eval(qrels, run, ("recall_100",), relevance_level=recall_level)}
+    return evaluate_run(qrels, run, ("ndcg_cut_10", "recall_100"), recall_level=recall_level)
 
 
 def bm25_grid(index: Path, topics: Path, qrels: Path, grid: Sequence[tuple[float, float]], threads: int,
@@ -440,10 +426,8 @@ class Report:
     # -- indexes ------------------------------------------------------------------------------------------
 
     def lucene_index(self, c: Corpus) -> Path:
-        return self.step(c.name, "BM25 index", [
-            self.py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", c.collection,
-            "--index", c.folder / "index.bm25", "--generator", "DefaultLuceneDocumentGenerator",
-            "--threads", str(self.args.threads), "--storeRaw"], c.folder / "index.bm25")
+        return self.step(c.name, "BM25 index", lucene_index_command(c.collection, c.folder / "index.bm25",
+                                                                     self.args.threads), c.folder / "index.bm25")
 
     def splade_index(self, c: Corpus) -> Path:
         vectors = self.step(c.name, "splade-tiny encode", [

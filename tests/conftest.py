@@ -24,6 +24,29 @@ def scifact():
     return load_dataset("scifact", download=False)
 
 
+@pytest.fixture(scope="session")
+def scifact_sample(scifact):
+    """`scifact_sample(n_queries, n_others)`: the first SciFact test queries, their qrels, and a corpus of their
+    judged documents plus the first `n_others` unjudged ones (real text, small enough for seconds-long tests)."""
+    def sample(n_queries: int, n_others: int):
+        qrels = scifact.qrels("test")
+        queries = dict(list(scifact.split_queries("test").items())[:n_queries])
+        judged = sorted({d for q in queries for d in qrels[q]})
+        others = [d for d in scifact.corpus if d not in set(judged)][:n_others]
+        return queries, {q: qrels[q] for q in queries}, {d: scifact.corpus[d] for d in judged + others}
+
+    return sample
+
+
+@pytest.fixture(scope="module")
+def untrained_deepct():
+    """DeepCT on the splade-tiny backbone with a seeded, untrained regression head."""
+    from pyserini_ext.models.deepct import DeepCTModel
+
+    torch.manual_seed(0)
+    return DeepCTModel.from_backbone(backbone_path("splade-tiny"))
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch and Faiss thread: OpenMP pools of 2 threads thrash when this 2-core machine is shared."""

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from pyserini_ext.demo import run_pipeline
-from pyserini_ext.evaluation import read_trec_run, trec_eval, write_trec_run
+from pyserini_ext.demo import LEXICAL_ONLY, run_pipeline
+from pyserini_ext.evaluation import evaluate, read_trec_run, write_trec_run
 
 SUBSET_DOCS = 800
 
@@ -36,7 +36,7 @@ def scifact_subset(scifact, tmp_path_factory):
 def pipeline(scifact_subset, tmp_path_factory):
     root, _, _ = scifact_subset
     # `make demo` encodes the corpus with aggretriever-onnx; this covers the torch encoder through the CLI
-    return run_pipeline(str(root), "test", tmp_path_factory.mktemp("demo"), model=None, max_length=128,
+    return run_pipeline(str(root), "test", tmp_path_factory.mktemp("demo"), model=LEXICAL_ONLY, max_length=128,
                         batch_size=32, threads=2, document_encoder_class="aggretriever")
 
 
@@ -46,9 +46,9 @@ def test_demo_model_beats_random_ranking_by_far(pipeline, scifact_subset, tmp_pa
     rng = random.Random(0)
     random_run = {q: [(d, -i) for i, d in enumerate(rng.sample(docs, 1000 if len(docs) > 1000 else len(docs)))]
                   for q in qrels}
-    random_scores = trec_eval(qrels_path, write_trec_run(random_run, tmp_path / "random.txt"))
-    agg = trec_eval(qrels_path, runs["Aggretriever"])
-    bm25 = trec_eval(qrels_path, runs["BM25"])
+    random_scores = evaluate(qrels_path, write_trec_run(random_run, tmp_path / "random.txt"))
+    agg = evaluate(qrels_path, runs["Aggretriever"])
+    bm25 = evaluate(qrels_path, runs["BM25"])
     assert random_scores["ndcg_cut_10"] < 0.05
     assert agg["ndcg_cut_10"] > 0.45 and agg["ndcg_cut_10"] > 10 * random_scores["ndcg_cut_10"]
     assert agg["recall_100"] > 0.8
@@ -73,6 +73,6 @@ def test_fusion_output_is_a_valid_run(pipeline, scifact_subset, name):
         assert ranks == list(range(1, len(hits) + 1))
         assert all(a >= b for a, b in zip(scores, scores[1:]))
         assert len({d for _, _, d in hits}) == len(hits) and {d for _, _, d in hits} <= allowed
-    fused = trec_eval(qrels_path, runs[name])
+    fused = evaluate(qrels_path, runs[name])
     assert fused["ndcg_cut_10"] > 0.45
     assert len(read_trec_run(runs[name])) == len(qrels)

@@ -1,4 +1,4 @@
-"""The ONNX Runtime backend gives the torch encoder's vectors (BERT and DistilBERT, agg* and agg+)."""
+"""The ONNX Runtime backend gives the torch backend's vectors (BERT and DistilBERT, agg* and agg+)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,6 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
 
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
-from pyserini_ext.encode.aggretriever_onnx import AggretrieverOnnxDocumentEncoder, AggretrieverOnnxQueryEncoder
 from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm
 
 TEXTS = ["Microglia are the resident immune cells of the brain.", "", "short text",
@@ -33,15 +32,17 @@ def model_dir(request, tmp_path_factory, splade_tiny_dir):
 
 def test_documents_match_torch(model_dir, tmp_path):
     expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
-    onnx = AggretrieverOnnxDocumentEncoder(str(model_dir), onnx_dir=str(tmp_path / "onnx"))
-    onnx._encoder.position_chunk = 5  # several lexical calls per sequence
+    # position_chunk 5: several lexical calls per sequence
+    onnx = AggretrieverDocumentEncoder(str(model_dir), backend="onnx", onnx_dir=str(tmp_path / "onnx"),
+                                       position_chunk=5)
     got = onnx.encode(TEXTS, max_length=128)
     assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
-    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == ["body.onnx", "lexical.onnx"]
+    exported = sorted(p.name for p in (tmp_path / "onnx").iterdir())
+    assert exported == ["aggretriever-body.onnx", "aggretriever-lexical.onnx"]
 
 
 def test_queries_match_torch(model_dir, tmp_path):
     torch_encoder = AggretrieverQueryEncoder(encoder_dir=str(model_dir), device="cpu")
-    onnx_encoder = AggretrieverOnnxQueryEncoder(encoder_dir=str(model_dir), onnx_dir=str(tmp_path / "onnx"))
+    onnx_encoder = AggretrieverQueryEncoder(encoder_dir=str(model_dir), backend="onnx", onnx_dir=str(tmp_path / "onnx"))
     for query in ("what are microglia", "x", "a b c " * 40):
         assert np.abs(onnx_encoder.encode(query) - torch_encoder.encode(query)).max() <= 1e-5

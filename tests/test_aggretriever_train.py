@@ -10,11 +10,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from pyserini_ext.data import DatasetError
+from pyserini_ext.data import DatasetError, document_text
 from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, from_masked_lm
 from pyserini_ext.train.aggretriever import (
     aggretriever_loss,
-    passage_text,
     train_aggretriever,
     training_queries,
 )
@@ -101,7 +100,7 @@ def fixed_batch_loss(model: Aggretriever, tokenizer, scifact, count: int = 8) ->
     """The training loss on the first `count` training queries and their first positives (no negatives)."""
     examples = training_queries(scifact.corpus, scifact.queries, scifact.qrels("train"))[:count]
     query_vectors = encode(model, tokenizer, [e.text for e in examples], 32)
-    passage_vectors = encode(model, tokenizer, [passage_text(scifact.corpus[e.positives[0]]) for e in examples], 64)
+    passage_vectors = encode(model, tokenizer, [document_text(scifact.corpus[e.positives[0]]) for e in examples], 64)
     return aggretriever_loss(query_vectors, passage_vectors, model.config.cls_dim).item()
 
 
@@ -118,7 +117,7 @@ def judged_vs_random_mrr(model: Aggretriever, tokenizer, scifact, queries: int =
         candidates.append([positive] + drawn[:negatives])
     query_vectors = encode(model, tokenizer, [scifact.queries[q] for q in qids], 32)
     flat = [d for row in candidates for d in row]
-    doc_vectors = torch.cat([encode(model, tokenizer, [passage_text(scifact.corpus[d]) for d in flat[i:i + 50]],
+    doc_vectors = torch.cat([encode(model, tokenizer, [document_text(scifact.corpus[d]) for d in flat[i:i + 50]],
                                     passage_max_length)
                              for i in range(0, len(flat), 50)]).reshape(len(qids), negatives + 1, -1)
     scores = torch.einsum("qd,qcd->qc", query_vectors, doc_vectors)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import (
     MAXSIM,
@@ -184,8 +185,8 @@ def test_model_outputs_unit_vectors_and_salience(model):
 
 
 def test_model_folder_round_trip(model, tmp_path):
-    model.save(tmp_path / "m")
-    loaded = AlignerModel.load(tmp_path / "m")
+    model.save_pretrained(tmp_path / "m")
+    loaded = AlignerModel.from_pretrained(tmp_path / "m")
     assert loaded.fingerprint() == model.fingerprint()
     texts = ["protein folding", "vitamin D and bone density"]
     a, b = model.encode_texts(texts, DOCUMENT), loaded.encode_texts(texts, DOCUMENT)
@@ -203,5 +204,5 @@ def test_model_bad_input(model, tmp_path):
     long_doc = "cell " * 2000  # far beyond the model limit: truncated to doc_max_length
     (vectors, scores), = model.encode_texts([long_doc], DOCUMENT)
     assert vectors.shape == (64, 128) and scores.shape == (64,)
-    with pytest.raises(FileNotFoundError, match="not an AligneR model folder"):
-        AlignerModel.load(tmp_path)
+    with pytest.raises(ModelFolderError, match="expected an aligner model, found not a model folder"):
+        AlignerModel.from_pretrained(tmp_path)

@@ -5,16 +5,15 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification
 
-from pyserini_ext.index.deepct import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
-from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words
+from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
 from pyserini_ext.train.deepct import collate, make_examples, masked_mse, term_recall
 
 
 @pytest.fixture(scope="module")
-def untrained() -> DeepCTModel:
-    torch.manual_seed(0)
-    return DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+def untrained(untrained_deepct) -> DeepCTModel:
+    return untrained_deepct
 
 
 def test_term_recall_two_queries_one_passage(untrained):
@@ -95,5 +94,5 @@ def test_bad_inputs(untrained, tmp_path):
         make_examples(untrained.tokenizer, {"d": {"title": "", "text": ""}}, {"q": "x"}, {"q": {"d": 1}})
     with pytest.raises(KeyError, match="not in the corpus"):
         make_examples(untrained.tokenizer, {}, {"q": "x"}, {"q": {"d": 1}})
-    with pytest.raises(FileNotFoundError, match="no config.json"):
+    with pytest.raises(ModelFolderError, match="no config.json"):
         DeepCTModel.from_pretrained(tmp_path)

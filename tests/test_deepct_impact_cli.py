@@ -5,11 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pyserini_ext.data import document_text
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder
 from pyserini_ext.evaluation import read_trec_run
-from pyserini_ext.index.deepct import merge_word_weights, word_term_frequencies, write_term_frequency_index
+from pyserini_ext.index.deepct import write_term_frequency_index
 from pyserini_ext.models.deepct import DeepCTModel
-from pyserini_ext.train.deepct import passage_text
+from pyserini_ext.models.deepct_terms import merge_word_weights, word_term_frequencies
 
 MODEL = Path(__file__).resolve().parents[1] / "resources" / "models" / "deepct-scifact-splade-tiny"
 
@@ -19,7 +20,7 @@ def test_impact_cli_resolves_a_deepct_folder(scifact, tmp_path):
 
     model = DeepCTModel.from_pretrained(MODEL)
     docids = sorted(scifact.corpus)[:80]
-    weights = model.word_weights([passage_text(scifact.corpus[d]) for d in docids])
+    weights = model.word_weights([document_text(scifact.corpus[d]) for d in docids])
     tfs = {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(docids, weights)}
     index = tmp_path / "index"
     write_term_frequency_index(((d, t, "") for d, t in tfs.items()), index)

@@ -9,37 +9,32 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from pyserini_ext.data import load_dataset, write_topics, write_trec_qrels
+from pyserini_ext.data import document_text, write_topics, write_trec_qrels
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder, DeepCTQueryWeigher
-from pyserini_ext.evaluation import read_trec_run, trec_eval, write_trec_run
+from pyserini_ext.evaluation import evaluate, read_trec_run, write_trec_run
 from pyserini_ext.index.deepct import (
-    AnalyzerSettings,
     build_deepct_index,
-    index_json_collection,
-    merge_word_weights,
-    pseudo_document,
     read_index_metadata,
-    word_term_frequencies,
     write_term_frequency_index,
 )
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
+from pyserini_ext.models.deepct_terms import (
+    AnalyzerSettings,
+    merge_word_weights,
+    pseudo_document,
+    word_term_frequencies,
+)
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
-from pyserini_ext.train.deepct import passage_text, train_deepct
+from pyserini_ext.train.deepct import train_deepct
 from pyserini_ext.train.loop import TrainConfig, set_seed
 
 
 @pytest.fixture(scope="module")
-def scifact():
-    return load_dataset("scifact")
-
-
-@pytest.fixture(scope="module")
-def untrained() -> DeepCTModel:
-    torch.manual_seed(0)
-    return DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+def untrained(untrained_deepct) -> DeepCTModel:
+    return untrained_deepct
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +45,7 @@ def small_corpus(scifact):
 
 @pytest.fixture(scope="module")
 def word_tfs(untrained, small_corpus):
-    texts = [passage_text(small_corpus[d]) for d in small_corpus]
+    texts = [document_text(small_corpus[d]) for d in small_corpus]
     weights = untrained.word_weights(texts)
     return {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(small_corpus, weights)}
 
@@ -63,7 +58,7 @@ def twin_indexes(word_tfs, tmp_path_factory):
     with open(root / "pseudo" / "docs.jsonl", "w") as f:
         for docid, tfs in word_tfs.items():
             f.write(json.dumps({"id": docid, "contents": pseudo_document(tfs)}) + "\n")
-    pseudo = index_json_collection(root / "pseudo", root / "index.pseudo")
+    pseudo = build_lucene_index(root / "pseudo", root / "index.pseudo")
     write_term_frequency_index(((d, tfs, "") for d, tfs in word_tfs.items()), root / "index.deepct")
     return root / "index.deepct", pseudo
 
@@ -179,7 +174,7 @@ def test_end_to_end_trained_beats_untrained(scifact, tmp_path):
     assert len(losses) == 72 and sum(losses[-10:]) < sum(losses[:10])
     assert json.loads((tmp_path / "model" / "training_log.json").read_text())["losses"] == losses
     set_seed(seed)
-    untrained = DeepCTModel.from_pretrained(backbone_path("splade-tiny"))
+    untrained = DeepCTModel.from_backbone(backbone_path("splade-tiny"))
     qrels = scifact.qrels("test")
     judged = {d for j in qrels.values() for d in j}
     docids = sorted(judged) + random.Random(0).sample(sorted(set(scifact.corpus) - judged), 1000)
@@ -194,11 +189,11 @@ def test_end_to_end_trained_beats_untrained(scifact, tmp_path):
                         "--topics", str(topics), "--output", str(run), "--bm25", "--k1", "10", "--b", "0.9",
                         "--hits", "100"], check=True, capture_output=True)
         assert set(read_trec_run(run)) <= set(qrels)
-        scores[name] = trec_eval(qrels_file, run)
+        scores[name] = evaluate(qrels_file, run)
     print(scores)
     assert scores["trained"]["ndcg_cut_10"] > scores["untrained"]["ndcg_cut_10"] + 0.02, scores  # seen: 0.779 vs 0.736
     # QL-JM over the same DeepCT index, through our searcher, evaluates too
     searcher = ClassicLuceneSearcher(tmp_path / "trained")
     searcher.set_qljm(0.1)
     run = write_trec_run(searcher.search_topics({q: scifact.queries[q] for q in qrels}, k=100), tmp_path / "jm.run")
-    assert trec_eval(qrels_file, run)["ndcg_cut_10"] > 0.3
+    assert evaluate(qrels_file, run)["ndcg_cut_10"] > 0.3

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyserini_ext.data import write_trec_qrels
-from pyserini_ext.evaluation import trec_eval, write_trec_run
+from pyserini_ext.data import document_text, write_trec_qrels
+from pyserini_ext.evaluation import evaluate, write_trec_run
 from pyserini_ext.models.aligner import AlignerConfig
 from pyserini_ext.train import distill
 from pyserini_ext.train.aligner import batch_scores, distill_aligner
@@ -119,14 +119,14 @@ def test_losses_vanish_when_the_student_agrees():
 
 def ndcg_on_held_aside(model, corpus, held_aside, tmp_path) -> float:
     docids = sorted(corpus)
-    texts = [distill.document_text(corpus[d]) for d in docids]
+    texts = [document_text(corpus[d]) for d in docids]
     qids = sorted(held_aside)
     with torch.no_grad():
         scores = torch.cat([batch_scores(model, [held_aside[q][0] for q in qids], texts[i:i + 40])
                             for i in range(0, len(texts), 40)], dim=1)
     run = {q: list(zip(docids, scores[row].tolist())) for row, q in enumerate(qids)}
     qrels = write_trec_qrels({q: {d: 1 for d in held_aside[q][1]} for q in qids}, tmp_path / "qrels.txt")
-    return trec_eval(qrels, write_trec_run(run, tmp_path / "run.txt"), metrics=("ndcg_cut_10",))["ndcg_cut_10"]
+    return evaluate(qrels, write_trec_run(run, tmp_path / "run.txt"), ("ndcg_cut_10",))["ndcg_cut_10"]
 
 
 def test_short_distillation_beats_the_untrained_model(small_task, distilled_set, tmp_path):

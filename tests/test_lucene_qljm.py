@@ -8,7 +8,7 @@ import pytest
 
 from pyserini_ext.cli.lucene import main as lucene_cli
 from pyserini_ext.evaluation import read_trec_run
-from pyserini_ext.index.deepct import index_json_collection
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
 
 # stopword-free, stem-stable words so the hand computation sees the indexed terms as written
@@ -23,7 +23,7 @@ def plain_index(tmp_path_factory):
     with open(root / "docs" / "docs.jsonl", "w") as f:
         for docid, text in DOCS.items():
             f.write(json.dumps({"id": docid, "contents": text}) + "\n")
-    return index_json_collection(root / "docs", root / "index")
+    return build_lucene_index(root / "docs", root / "index")
 
 
 def jm_by_hand(query: list[str], doc: list[str], lambda_: float) -> float:
@@ -85,3 +85,18 @@ def test_cli_writes_qljm_run(plain_index, tmp_path):
     expected = jm_by_hand(["apple", "cherry"], DOCS["d2"].split(), 0.1)
     assert hits["q1"][0][1] == pytest.approx(expected, abs=SCORE_TOLERANCE)
     assert "q2" not in hits  # stopword-only query: no hits (and a warning), not an error
+
+
+def test_query_beyond_lucenes_clause_limit_is_cut_with_a_warning(plain_index, tmp_path, caplog):
+    """A 5,000-word query would fail the whole batch inside Anserini; it is cut to the clause limit instead."""
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("long\tcherry apple " + " ".join(f"filler{i}" for i in range(4998)) + "\nshort\tapple cherry\n")
+    run = tmp_path / "run.txt"
+    assert lucene_cli(["search", "--index", str(plain_index), "--topics", str(topics), "--output", str(run),
+                       "--qljm", "--hits", "10"]) == 0
+    hits = read_trec_run(run)
+    assert hits["long"] == hits["short"]  # the fillers match nothing; the first 1024 terms keep cherry and apple
+    assert "query long has more than 1024 distinct terms" in caplog.text and "first 1024 of 5000 words" in caplog.text
+    searcher = ClassicLuceneSearcher(plain_index)
+    heavy = searcher.fit_weighted_query("q", {f"t{i:04d}": float(i) for i in range(2000)})
+    assert len(heavy) == 1024 and min(heavy.values()) == 2000 - 1024

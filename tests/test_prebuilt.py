@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.index.prebuilt import PrebuiltIndexError, download_prebuilt, md5sum, pack_index
 
 
@@ -21,10 +22,7 @@ def lucene_index(tmp_path_factory, scifact):
     lines = (root / "export" / "collection" / "docs.jsonl").read_text().splitlines()[:300]
     (subset / "docs.jsonl").write_text("\n".join(lines) + "\n")
     index = root / "index"
-    subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input",
-                    str(subset), "--index", str(index), "--generator", "DefaultLuceneDocumentGenerator",
-                    "--threads", "1"], check=True, capture_output=True)
-    return index
+    return build_lucene_index(subset, index)
 
 
 def _top_hits(index, query="cancer cells"):

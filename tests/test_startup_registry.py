@@ -113,12 +113,24 @@ def test_unknown_encoder_name_in_our_api_lists_the_known_names():
 
 
 def test_explicit_max_length_on_a_pyserini_command_line_is_remembered():
+    # the parser is built by code that runs as a Pyserini module, as in `python -m pyserini.search.faiss`
+    code = ("import argparse, pyserini.encode; from pyserini_ext import registry; "
+            "build = \"p = argparse.ArgumentParser(); p.add_argument('--encoder-class', choices=['x']); "
+            "p.add_argument('--max-length', type=int, default=256); p.add_argument('--dimension', type=int, "
+            "default=768)\"; g = {'argparse': argparse, '__name__': 'pyserini.search.faiss.__main__'}; "
+            "exec(build, g); p = g['p']; "
+            "p.parse_args(['--encoder-class', 'aggretriever']); print(registry.cli_max_length()); "
+            "p.parse_args(['--max-length', '48']); print(registry.cli_max_length(), registry.cli_option('dimension'))")
+    assert run_python("-c", code).stdout.split() == ["None", "48", "768"]
+
+
+def test_argparse_patch_leaves_other_parsers_alone():
+    """Issue 8, case 8: a parser of ours (or anyone's) with `--encoder-class` choices but no `--max-length`."""
     code = ("import argparse, pyserini.encode; from pyserini_ext import registry; "
             "p = argparse.ArgumentParser(); p.add_argument('--encoder-class', choices=['x']); "
-            "p.add_argument('--max-length', type=int, default=256); "
-            "p.parse_args(['--encoder-class', 'aggretriever']); print(registry.cli_max_length()); "
-            "p.parse_args(['--max-length', '48']); print(registry.cli_max_length())")
-    assert run_python("-c", code).stdout.split() == ["None", "48"]
+            "print(p.parse_known_args(['--encoder-class', 'x', '--max-length', '5'])[1]); "
+            "print(p._option_string_actions['--encoder-class'].choices, registry.cli_max_length())")
+    assert run_python("-c", code).stdout.split() == ["['--max-length',", "'5']", "['x']", "None"]
 
 
 def test_wheel_ships_the_startup_hook(tmp_path):

@@ -1,72 +1,78 @@
 """`pyserini-ext aggretriever init|convert|train`: make Pyserini-format Aggretriever folders."""
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
-from pyserini_ext.models.aggretriever import (
-    POOLINGS,
-    AggretrieverConfig,
-    convert_training_checkpoint,
-    from_masked_lm,
-    resolve_model_folder,
-)
-from pyserini_ext.models.backbones import BACKBONES, backbone_path
+from pyserini_ext.cli.options import Command, TrainingOptions, command_group, option
+from pyserini_ext.models.aggretriever import POOLINGS, AggretrieverConfig
+from pyserini_ext.models.backbones import BACKBONES
+from pyserini_ext.train.aggretriever import PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
+
+_DEFAULTS = AggretrieverConfig()
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pyserini-ext aggretriever")
-    commands = parser.add_subparsers(dest="command", required=True)
-    init = commands.add_parser("init", help="new Aggretriever heads on a masked-LM backbone")
-    init.add_argument("--backbone", required=True,
-                      help=f"folder, hub name, or a packaged backbone: {', '.join(BACKBONES)}")
-    init.add_argument("--output", required=True)
-    init.add_argument("--agg-dim", type=int, default=640)
-    init.add_argument("--cls-dim", type=int, default=128)
-    init.add_argument("--pooling", choices=POOLINGS, default="agg*")
-    init.add_argument("--lexical-only", action="store_true",
-                      help="term weight fixed to 1 and [CLS] projection zeroed: pure MLM lexical matching")
-    convert = commands.add_parser("convert", help="castorini/dhr training-repo checkpoint -> Pyserini format")
-    convert.add_argument("--input", required=True)
-    convert.add_argument("--output", required=True)
-    train = commands.add_parser("train", help="train on a BEIR dataset's qrels (in-batch + random negatives)")
-    train.add_argument("--model", required=True,
-                       help=f"masked-LM backbone (folder, hub name, or {', '.join(BACKBONES)}) for new heads, "
-                            "or an Aggretriever folder to train further")
-    train.add_argument("--dataset", required=True, help="BEIR dataset name or folder")
-    train.add_argument("--split", default="train")
-    train.add_argument("--output", required=True)
-    train.add_argument("--batch-size", type=int, default=8)
-    train.add_argument("--no-hard-negatives", action="store_true", help="in-batch negatives only")
-    train.add_argument("--query-max-length", type=int, default=32)
-    train.add_argument("--passage-max-length", type=int, default=128)
-    train.add_argument("--learning-rate", type=float, default=5e-5)
-    train.add_argument("--epochs", type=int, default=1)
-    train.add_argument("--max-steps", type=int)
-    train.add_argument("--seed", type=int, default=42)
-    train.add_argument("--device", default="cpu")
-    args = parser.parse_args(argv)
+@dataclass
+class AggretrieverInitOptions:
+    model: str = option(help=f"folder, hub name, or a packaged backbone: {', '.join(BACKBONES)}",
+                        aliases=["--backbone"])
+    output: str = option(help="Aggretriever folder to write")
+    agg_dim: int = option(_DEFAULTS.agg_dim, help="dimensions of the aggregated lexical part", min=1)
+    cls_dim: int = option(_DEFAULTS.cls_dim, help="dimensions of the [CLS] part", min=0)
+    pooling: str = option(_DEFAULTS.pooling, choices=POOLINGS, help="lexical pooling")
+    lexical_only: bool = option(False, help="term weight fixed to 1 and [CLS] projection zeroed: pure MLM lexical "
+                                            "matching")
 
-    if args.command == "init":
-        from transformers import AutoTokenizer
 
-        folder = backbone_path(args.backbone) if args.backbone in BACKBONES else resolve_model_folder(args.backbone)
-        config = AggretrieverConfig(agg_dim=args.agg_dim, cls_dim=args.cls_dim, pooling=args.pooling)
-        model = from_masked_lm(folder, config, constant_term_weight=1.0 if args.lexical_only else None,
-                               zero_cls=args.lexical_only)
-        out = model.save_pretrained(args.output, AutoTokenizer.from_pretrained(folder))
-    elif args.command == "convert":
-        out = convert_training_checkpoint(args.input, args.output)
-    else:
-        from pyserini_ext.train.aggretriever import train_aggretriever
-        from pyserini_ext.train.loop import TrainConfig
+@dataclass
+class AggretrieverConvertOptions:
+    input: str = option(help="castorini/dhr training-repo checkpoint folder")
+    output: str = option(help="Aggretriever folder to write")
 
-        config = TrainConfig(learning_rate=args.learning_rate, epochs=args.epochs, max_steps=args.max_steps,
-                             seed=args.seed, device=args.device)
-        _, losses = train_aggretriever(args.model, args.dataset, args.output, config, split=args.split,
-                                       batch_size=args.batch_size, hard_negatives=not args.no_hard_negatives,
-                                       query_max_length=args.query_max_length,
-                                       passage_max_length=args.passage_max_length)
-        print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")
-        out = args.output
-    print(f"wrote {out}")
-    return 0
+
+@dataclass(kw_only=True)
+class AggretrieverTrainOptions(TrainingOptions):
+    model: str = option(help=f"masked-LM backbone (folder, hub name, or {', '.join(BACKBONES)}) for new heads, "
+                             "or an Aggretriever folder to train further")
+    no_hard_negatives: bool = option(False, help="in-batch negatives only")
+    query_max_length: int = option(QUERY_MAX_LENGTH, help="query tokens", min=1)
+    passage_max_length: int = option(PASSAGE_MAX_LENGTH, help="passage tokens", min=1)
+
+
+def init(options: AggretrieverInitOptions) -> None:
+    from transformers import AutoTokenizer
+
+    from pyserini_ext.models.aggretriever import from_masked_lm, resolve_model_folder
+    from pyserini_ext.models.backbones import backbone_path
+
+    folder = backbone_path(options.model) if options.model in BACKBONES else resolve_model_folder(options.model)
+    config = AggretrieverConfig(agg_dim=options.agg_dim, cls_dim=options.cls_dim, pooling=options.pooling)
+    model = from_masked_lm(folder, config, constant_term_weight=1.0 if options.lexical_only else None,
+                           zero_cls=options.lexical_only)
+    print(f"wrote {model.save_pretrained(options.output, AutoTokenizer.from_pretrained(folder))}")
+
+
+def convert(options: AggretrieverConvertOptions) -> None:
+    from pyserini_ext.models.aggretriever import convert_training_checkpoint
+
+    print(f"wrote {convert_training_checkpoint(options.input, options.output)}")
+
+
+def train(options: AggretrieverTrainOptions) -> None:
+    from pyserini_ext.train.aggretriever import train_aggretriever
+
+    _, losses = train_aggretriever(options.model, options.dataset, options.output, options.train_config(),
+                                   split=options.split, batch_size=options.batch_size,
+                                   hard_negatives=not options.no_hard_negatives,
+                                   query_max_length=options.query_max_length,
+                                   passage_max_length=options.passage_max_length)
+    print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")
+    print(f"wrote {options.output}")
+
+
+main = command_group("pyserini-ext aggretriever", __doc__, {
+    "init": Command("new Aggretriever heads on a masked-LM backbone", AggretrieverInitOptions, init),
+    "convert": Command("castorini/dhr training-repo checkpoint -> Pyserini format", AggretrieverConvertOptions,
+                       convert),
+    "train": Command("train on a BEIR dataset's qrels (in-batch + random negatives)", AggretrieverTrainOptions,
+                     train),
+})

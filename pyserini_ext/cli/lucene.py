@@ -5,60 +5,48 @@
 """
 from __future__ import annotations
 
-import argparse
-import os
+from dataclasses import dataclass
 
-from pyserini_ext.index.deepct import STEMMERS, AnalyzerSettings
-
-
-def read_topics(path: str | os.PathLike) -> dict[str, str]:
-    """Pyserini TSV topics (`qid \\t text`)."""
-    topics = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            qid, sep, text = line.rstrip("\n").partition("\t")
-            if not sep:
-                raise ValueError(f"{path}:{line_no}: expected `qid<TAB>text`, got {line!r}")
-            topics[qid] = text
-    if not topics:
-        raise ValueError(f"{path}: no topics")
-    return topics
+from pyserini_ext.cli.options import Command, SearchOptions, command_group, option
+from pyserini_ext.data import read_topics
+from pyserini_ext.models.deepct_terms import STEMMERS, AnalyzerSettings
 
 
-def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--index", required=True, help="Lucene index folder (plain or DeepCT)")
-    parser.add_argument("--topics", required=True, help="TSV topics: qid<TAB>query")
-    parser.add_argument("--output", required=True, help="TREC run file to write")
-    parser.add_argument("--hits", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=1)
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument("--bm25", action="store_true", help="BM25 (default)")
-    model.add_argument("--qld", action="store_true", help="query likelihood, Dirichlet smoothing")
-    model.add_argument("--qljm", action="store_true", help="query likelihood, Jelinek-Mercer smoothing")
-    parser.add_argument("--k1", type=float, default=0.9)
-    parser.add_argument("--b", type=float, default=0.4)
-    parser.add_argument("--mu", type=float, default=1000.0)
-    parser.add_argument("--lambda", dest="lambda_", type=float, default=0.1, help="Jelinek-Mercer λ (weight of P(t|C))")
-    parser.add_argument("--stemmer", choices=STEMMERS, default=None,
-                        help="query analyzer (default: the index's DeepCT metadata, else porter)")
-    parser.add_argument("--keep-stopwords", action="store_true", default=None)
+@dataclass(kw_only=True)
+class LuceneSearchOptions(SearchOptions):
+    topics: str = option(help="TSV topics: qid<TAB>query")
+    output: str = option(help="TREC run file to write")
+    bm25: bool = option(False, help="BM25 (the default model)")
+    qld: bool = option(False, help="query likelihood, Dirichlet smoothing")
+    qljm: bool = option(False, help="query likelihood, Jelinek-Mercer smoothing")
+    k1: float = option(0.9, help="BM25 k1", min=0.0)
+    b: float = option(0.4, help="BM25 b", min=0.0, max=1.0)
+    mu: float = option(1000.0, help="Dirichlet mu", min=0.0)
+    lambda_: float = option(0.1, flag="--lambda", help="Jelinek-Mercer λ (weight of P(t|C)), in (0, 1]", max=1.0)
+    stemmer: str | None = option(None, choices=STEMMERS,
+                                 help="query analyzer (default: the index's DeepCT metadata, else porter)")
+    keep_stopwords: bool = option(False, help="keep stopwords in queries (with --stemmer)")
+
+    def __post_init__(self):
+        if self.bm25 + self.qld + self.qljm > 1:
+            raise ValueError("give at most one of --bm25, --qld, --qljm")
+        if not self.lambda_ > 0:
+            raise ValueError(f"--lambda must be in (0, 1], got {self.lambda_}")
 
 
-def make_searcher(args: argparse.Namespace):
+def make_searcher(options: LuceneSearchOptions):
     from pyserini_ext.search.lucene import ClassicLuceneSearcher
 
     analyzer = None
-    if args.stemmer is not None or args.keep_stopwords:
-        analyzer = AnalyzerSettings(args.stemmer or "porter", bool(args.keep_stopwords))
-    searcher = ClassicLuceneSearcher(args.index, analyzer)
-    if args.qljm:
-        searcher.set_qljm(args.lambda_)
-    elif args.qld:
-        searcher.set_qld(args.mu)
+    if options.stemmer is not None or options.keep_stopwords:
+        analyzer = AnalyzerSettings(options.stemmer or "porter", options.keep_stopwords)
+    searcher = ClassicLuceneSearcher(options.index, analyzer)
+    if options.qljm:
+        searcher.set_qljm(options.lambda_)
+    elif options.qld:
+        searcher.set_qld(options.mu)
     else:
-        searcher.set_bm25(args.k1, args.b)
+        searcher.set_bm25(options.k1, options.b)
     return searcher
 
 
@@ -69,13 +57,12 @@ def write_run(run, output: str, tag: str) -> None:
     print(f"wrote {sum(len(h) for h in run.values())} hits for {len(run)} queries to {output}")
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="pyserini-ext lucene", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_search_arguments(sub.add_parser("search", help="search TSV topics, write a TREC run"))
-    args = parser.parse_args(argv)
-    searcher = make_searcher(args)
-    run = searcher.search_topics(read_topics(args.topics), k=args.hits, threads=args.threads)
-    write_run(run, args.output, searcher.model)
-    return 0
+def search(options: LuceneSearchOptions) -> None:
+    searcher = make_searcher(options)
+    run = searcher.search_topics(read_topics(options.topics), k=options.hits, threads=options.threads)
+    write_run(run, options.output, searcher.model)
+
+
+main = command_group("pyserini-ext lucene", __doc__, {
+    "search": Command("search TSV topics, write a TREC run", LuceneSearchOptions, search),
+})

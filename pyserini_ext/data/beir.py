@@ -8,25 +8,23 @@ exactly where to put the files.
 """
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import os
 import shutil
 import tempfile
 import urllib.request
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+
+from pyserini_ext.data.readers import read_corpus, read_qrels, read_topics
+from pyserini_ext.errors import InputError
 
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 DOWNLOAD_TIMEOUT_S = 30
 
 
-class DatasetError(RuntimeError):
-    """A dataset is missing or malformed; the message names the file (and line)."""
+DatasetError = InputError  # a dataset file is missing or malformed; the message names the file (and line)
 
 
 def data_home() -> Path:
@@ -40,34 +38,6 @@ def _find(folder: Path, stem: str) -> Path | None:
     return None
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline=None)
-    return open(path, encoding="utf-8", newline=None)
-
-
-def iter_jsonl(path: Path) -> Iterator[dict]:
-    """Records of a JSONL file; a bad line raises DatasetError naming the file and the line number."""
-    with _open_text(path) as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}:{line_no}: malformed JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise DatasetError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
-            yield record
-
-
-def _record_id(record: dict, path: Path, line_no: int) -> str:
-    for key in ("_id", "id", "docid"):
-        if key in record:
-            return str(record[key])
-    raise DatasetError(f"{path}:{line_no}: record has no '_id' field")
-
-
 @dataclass
 class BeirDataset:
     """A BEIR-layout dataset folder; corpus and queries are read lazily and kept."""
@@ -77,19 +47,13 @@ class BeirDataset:
 
     @cached_property
     def corpus(self) -> dict[str, dict[str, str]]:
-        """docid -> {"title", "text"}, in file order."""
-        path = self._require("corpus.jsonl")
-        corpus: dict[str, dict[str, str]] = {}
-        for line_no, record in enumerate(iter_jsonl(path), start=1):
-            docid = _record_id(record, path, line_no)
-            corpus[docid] = {"title": str(record.get("title") or ""), "text": str(record.get("text") or "")}
-        return corpus
+        """docid -> {"title", "text"}, in file order (ids checked, text sanitised: data/readers.py)."""
+        return read_corpus(self._require("corpus.jsonl"))
 
     @cached_property
     def queries(self) -> dict[str, str]:
         """qid -> query text (all queries in the file; filter by a qrels split)."""
-        path = self._require("queries.jsonl")
-        return {_record_id(r, path, i): str(r.get("text") or "") for i, r in enumerate(iter_jsonl(path), 1)}
+        return read_topics(self._require("queries.jsonl"))
 
     def splits(self) -> list[str]:
         return sorted(p.name.split(".")[0] for p in (self.root / "qrels").glob("*.tsv*"))
@@ -100,20 +64,7 @@ class BeirDataset:
         if path is None:
             raise DatasetError(f"{self.root / 'qrels'}: no qrels for split {split!r}; "
                                f"available: {', '.join(self.splits()) or 'none'}")
-        qrels: dict[str, dict[str, int]] = {}
-        with _open_text(path) as f:
-            for line_no, line in enumerate(f, start=1):
-                parts = line.strip().split("\t") if "\t" in line else line.split()
-                if not parts or (line_no == 1 and parts[0] == "query-id"):
-                    continue
-                if len(parts) != 3:
-                    raise DatasetError(f"{path}:{line_no}: expected 'query-id corpus-id score', got {line!r}")
-                try:
-                    score = int(float(parts[2]))
-                except ValueError:
-                    raise DatasetError(f"{path}:{line_no}: score {parts[2]!r} is not a number") from None
-                qrels.setdefault(parts[0], {})[parts[1]] = score
-        return qrels
+        return read_qrels(path)
 
     def split_queries(self, split: str = "test") -> dict[str, str]:
         """The queries judged in one qrels split, in query-file order."""

@@ -1,51 +1,127 @@
-"""Pyserini adapters for Aggretriever: `--encoder-class aggretriever` in `python -m pyserini.encode`,
-`pyserini.search.faiss` and `pyserini.search.hybrid` resolve to these classes (see registry.py).
+"""Pyserini adapters for Aggretriever: `--encoder-class aggretriever` (torch) and `aggretriever-onnx` (ONNX
+Runtime) in `python -m pyserini.encode`, `pyserini.search.faiss` and `pyserini.search.hybrid` resolve to these
+classes (see registry.py); `backend`, `precision` and the rest of `EncoderRuntime` are keyword options.
+
+The ONNX backend exports the model as two graphs, so that ONNX Runtime never materialises a batch x length x
+vocabulary tensor either:
+  * `aggretriever-body`:    (input_ids, attention_mask) -> [CLS] projection, MLM-transformed hidden states of
+                            positions 1..L-1, and their term weights;
+  * `aggretriever-lexical`: (rows [R, H], weights [R]) -> max_r softmax(rows @ E^T + b)[r] * weights[r], i.e. one
+                            sequence's lexical vector over a chunk of its positions.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
-from transformers import AutoTokenizer
+from torch import nn
 
 from pyserini_ext import registry
-from pyserini_ext.encode._torch import autocast_context, join_titles, resolve_device
-from pyserini_ext.models.aggretriever import Aggretriever, resolve_model_folder
+from pyserini_ext.data.text import document_texts, sanitize_texts
+from pyserini_ext.encode.preflight import check_dimension
+from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
+from pyserini_ext.models.aggretriever import Aggretriever, aggregate
+from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
 QUERY_MAX_LENGTH = 32  # as trained and as Pyserini encodes queries
 
+_IDS, _MASK = torch.tensor([[101, 7592, 2088, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
+BODY = OnnxGraph("aggretriever-body", (_IDS, _MASK), ("input_ids", "attention_mask"), ("cls", "rows", "weights"),
+                 {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"},
+                  "cls": {0: "batch"}, "rows": {0: "batch", 1: "positions"}, "weights": {0: "batch", 1: "positions"}})
+
+
+def _lexical_graph(hidden_size: int) -> OnnxGraph:
+    return OnnxGraph("aggretriever-lexical", (torch.randn(3, hidden_size), torch.ones(3)), ("rows", "weights"),
+                     ("lexical",), {"rows": {0: "rows"}, "weights": {0: "rows"}})
+
+
+class _Body(nn.Module):
+    def __init__(self, model: Aggretriever):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.model._mlm.hidden_states(input_ids, attention_mask)
+        cls = self.model.cls_proj(hidden[:, 0]) if self.model.cls_proj is not None else hidden[:, 0, :0]
+        rest = hidden[:, 1:]
+        return cls, self.model._mlm.transform(rest), self.model.tok_proj(rest).squeeze(-1)
+
+
+class _Lexical(nn.Module):
+    def __init__(self, model: Aggretriever):
+        super().__init__()
+        self.model = model
+
+    def forward(self, rows, weights):
+        probs = torch.softmax(self.model._mlm.decode(rows), dim=-1)
+        return (probs * weights[:, None]).amax(0)
+
 
 class _AggretrieverEncoder:
-    def __init__(self, model_name: str, tokenizer_name: str | None, device: str | None, precision: str):
-        folder = resolve_model_folder(model_name)
-        self.device = resolve_device(device)
-        self.precision = precision
-        self.model = Aggretriever.from_pretrained(folder).to(self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or folder)
+    """The model on one runtime: `encode_texts(texts, max_length) -> [n, dim]` float32."""
 
-    @torch.inference_mode()
+    def __init__(self, model_name: str, tokenizer_name: str | None, runtime: EncoderRuntime):
+        folder = resolve_model_folder(model_name)
+        self.runtime = runtime
+        self.tokenizer = load_tokenizer(tokenizer_name or folder)
+        model = Aggretriever.from_pretrained(folder)
+        check_dimension(model.dim, "aggretriever")
+        model.position_chunk = runtime.position_chunk
+        self.config, self.vocab_size = model.config, model.vocab_size
+        if runtime.backend == "torch":
+            self.model = model.to(runtime.torch_device)
+            return
+        if model.config.pooling == "no-mlm":
+            raise ValueError("the ONNX backend covers the MLM poolings (agg*, agg+); use the torch backend for no-mlm")
+        self.body = runtime.session(BODY, folder, lambda: _Body(model))
+        self.lexical = runtime.session(_lexical_graph(model.tok_proj.in_features), folder, lambda: _Lexical(model))
+        self.model = None  # ONNX Runtime holds its own copy of the weights
+
     def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None) -> np.ndarray:
         if max_length < 2:
             raise ValueError(f"max_length must be >= 2 ([CLS] plus one token), got {max_length}")
-        inputs = self.tokenizer(texts, max_length=max_length, padding="longest", truncation=True,
-                                return_tensors="pt").to(self.device)
-        with autocast_context(self.device, precision or self.precision):
+        inputs = self.tokenizer(texts, max_length=max_length, padding="longest", truncation=True, return_tensors="pt")
+        if self.model is None:
+            return self._encode_onnx(as_int64(inputs["input_ids"]), as_int64(inputs["attention_mask"]))
+        with torch.inference_mode(), self.runtime.autocast(precision):
+            inputs = inputs.to(self.runtime.torch_device)
             vectors = self.model(inputs["input_ids"], inputs["attention_mask"])
         return vectors.float().cpu().numpy()
+
+    def _encode_onnx(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        cls, rows, weights = self.body.run(None, {"input_ids": ids, "attention_mask": mask})
+        chunk = self.runtime.position_chunk
+        lexical = np.empty((len(ids), self.vocab_size), dtype=np.float32)
+        for seq in range(len(ids)):
+            valid = mask[seq, 1:].astype(bool)
+            # same rule as the torch model: padded positions add zeros to the reference max
+            best = np.full(self.vocab_size, -np.inf if valid.all() else 0.0, dtype=np.float32)
+            seq_rows, seq_weights = rows[seq][valid], weights[seq][valid]
+            for start in range(0, len(seq_rows), chunk):
+                part = self.lexical.run(None, {"rows": seq_rows[start:start + chunk],
+                                               "weights": seq_weights[start:start + chunk]})[0]
+                np.maximum(best, part, out=best)
+            lexical[seq] = best
+        agg = aggregate(torch.from_numpy(lexical), self.config.agg_dim, full=self.config.pooling != "agg+").numpy()
+        return np.concatenate([cls, agg], axis=1)
 
 
 class AggretrieverDocumentEncoder(DocumentEncoder):
     """Document side; `max_length` defaults to 512 (Pyserini's encode CLI passes its --max-length)."""
 
     def __init__(self, model_name: str, tokenizer_name: str | None = None, device: str | None = "cpu",
-                 precision: str = "float32", **kwargs):
-        self._encoder = _AggretrieverEncoder(model_name, tokenizer_name, device, precision)
-        self.model, self.tokenizer, self.device = self._encoder.model, self._encoder.tokenizer, self._encoder.device
+                 precision: str = "float32", backend: str = "torch", threads: int | None = None,
+                 onnx_dir: str | None = None, position_chunk: int = EncoderRuntime.position_chunk, **kwargs):
+        runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)
+        self._encoder = _AggretrieverEncoder(model_name, tokenizer_name, runtime)
+        self.model, self.tokenizer, self.device = self._encoder.model, self._encoder.tokenizer, runtime.torch_device
 
     def encode(self, texts: list[str], titles: list[str] | None = None, fp16: bool = False,
                max_length: int = DOCUMENT_MAX_LENGTH, **kwargs) -> np.ndarray:
-        return self._encoder.encode_texts(join_titles(texts, titles), max_length, "float16" if fp16 else None)
+        precision = "float16" if fp16 and self._encoder.runtime.backend == "torch" else None
+        return self._encoder.encode_texts(document_texts(texts, titles), max_length, precision)
 
 
 class AggretrieverQueryEncoder(QueryEncoder):
@@ -57,12 +133,15 @@ class AggretrieverQueryEncoder(QueryEncoder):
 
     def __init__(self, encoder_dir: str | None = None, tokenizer_name: str | None = None,
                  encoded_query_dir: str | None = None, device: str | None = "cpu", max_length: int | None = None,
-                 fp16: bool = False, precision: str | None = None, **kwargs):
+                 fp16: bool = False, precision: str | None = None, backend: str = "torch",
+                 threads: int | None = None, onnx_dir: str | None = None,
+                 position_chunk: int = EncoderRuntime.position_chunk, **kwargs):
         super().__init__(encoded_query_dir)
         self.max_length = max_length or registry.cli_max_length() or QUERY_MAX_LENGTH
         if encoder_dir:
-            self._encoder = _AggretrieverEncoder(encoder_dir, tokenizer_name, device,
-                                                 precision or ("float16" if fp16 else "float32"))
+            precision = precision or ("float16" if fp16 and backend == "torch" else "float32")
+            runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)
+            self._encoder = _AggretrieverEncoder(encoder_dir, tokenizer_name, runtime)
             self.has_model = True
         if not self.has_model and not self.has_encoded_query:
             raise ValueError("AggretrieverQueryEncoder needs a model (encoder_dir) or pre-encoded queries "
@@ -73,4 +152,4 @@ class AggretrieverQueryEncoder(QueryEncoder):
             if query not in self.embedding:
                 raise KeyError(f"query {query!r} is not among the pre-encoded queries")
             return np.asarray(self.embedding[query], dtype=np.float32)
-        return self._encoder.encode_texts([query], max_length or self.max_length)[0]
+        return self._encoder.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]

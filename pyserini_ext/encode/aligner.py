@@ -1,4 +1,4 @@
-"""Pyserini-facing AligneR encoders (registered as `--encoder-class aligner`).
+"""Pyserini-facing AligneR encoders (registered as `--encoder-class aligner`, and `aligner-onnx` for ONNX Runtime).
 
 AligneR is multi-vector; Pyserini's encode CLI and Faiss searchers handle one vector per text. Under those tools
 the encoders return a *pooled* vector: the salience-weighted mean of the token vectors (u = ReLU(W x + b), no
@@ -8,74 +8,103 @@ approximation, not AligneR's alignment scoring. For AligneR retrieval build the 
 `pyserini-ext aligner index` and search it with `pyserini-ext aligner search` (or `AlignerSearcher`), whose
 hits fuse with BM25 through Pyserini's `HybridSearcher` / `pyserini.fusion`.
 
-`encode_tokens` gives the real multi-vector output (token vectors + salience weights) for our own code.
+`encode_tokens` gives the real multi-vector output (token vectors + salience weights) for our own code. The ONNX
+backend exports one graph per side, (input_ids, attention_mask) -> (token vectors, salience pre-activations).
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
+from torch import nn
 
-from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel
+from pyserini_ext.data.text import document_texts, sanitize_texts
+from pyserini_ext.encode.preflight import check_dimension
+from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
+from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel, EncodedTokens
 from pyserini_ext.models.alignment import pool_vectors
 
 
-def _device(device: str) -> str:
-    """Pyserini defaults to 'cuda:0'; fall back to CPU where CUDA is absent."""
-    return device if device.startswith("cpu") or torch.cuda.is_available() else "cpu"
+def _graph(kind: str) -> OnnxGraph:
+    example = (torch.tensor([[101, 7592, 2088, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]]))
+    return OnnxGraph(f"aligner-{kind}", example, ("input_ids", "attention_mask"), ("vectors", "salience_scores"),
+                     {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"},
+                      "vectors": {0: "batch", 1: "length"}, "salience_scores": {0: "batch", 1: "length"}})
+
+
+class _Side(nn.Module):
+    """One side of the model as a plain (ids, mask) -> (vectors, salience scores) function, for export."""
+
+    def __init__(self, model: AlignerModel, kind: str):
+        super().__init__()
+        self.model, self.kind = model, kind
+
+    def forward(self, input_ids, attention_mask):
+        encoded = self.model(input_ids, attention_mask, self.kind)
+        return encoded.vectors, encoded.salience_scores
 
 
 class _AlignerEncoder:
     kind: str
 
-    def _load(self, model_name: str | os.PathLike, device: str) -> None:
-        self.model = AlignerModel.load(model_name, device=_device(device))
+    def _load(self, model_name: str | os.PathLike, runtime: EncoderRuntime) -> None:
+        self.runtime = runtime
+        self.model = AlignerModel.from_pretrained(model_name, device=str(runtime.torch_device))
+        check_dimension(self.model.config.dim, "aligner")
+        self.session = None
+        if runtime.backend == "onnx":
+            self.session = runtime.session(_graph(self.kind), Path(model_name), lambda: _Side(self.model, self.kind))
 
-    @torch.no_grad()
+    def encode_batch(self, texts: list[str], max_length: int | None = None, fp16: bool = False) -> EncodedTokens:
+        """Token vectors, salience pre-activations and mask of a batch, on this encoder's runtime."""
+        inputs = self.model.tokenize(texts, self.kind, max_length)
+        if self.session is not None:
+            vectors, scores = self.session.run(None, {"input_ids": as_int64(inputs["input_ids"]),
+                                                      "attention_mask": as_int64(inputs["attention_mask"])})
+            return EncodedTokens(torch.from_numpy(vectors), torch.from_numpy(scores), inputs["attention_mask"].bool())
+        with torch.no_grad(), self.runtime.autocast("float16" if fp16 else None):
+            return self.model(**inputs, kind=self.kind)
+
     def encode_tokens(self, texts: list[str], max_length: int | None = None, beta: float = 1.0,
                       fp16: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (kept token vectors [n', dim], salience weights [n']), keeping ceil(beta * n) tokens."""
-        with torch.autocast(self.model.device.type, dtype=torch.float16,
-                            enabled=fp16 and self.model.device.type == "cuda"):
-            encoded = self.model.encode_batch(texts, self.kind, max_length)
+        encoded = self.encode_batch(texts, max_length, fp16)
         weights, kept = encoded.weights(beta)
-        return [(encoded.vectors[i][kept[i]].cpu().numpy(), weights[i][kept[i]].cpu().numpy())
+        return [(encoded.vectors[i][kept[i]].float().cpu().numpy(), weights[i][kept[i]].float().cpu().numpy())
                 for i in range(len(texts))]
 
-    @torch.no_grad()
     def _pooled(self, texts: list[str], max_length: int | None, fp16: bool) -> np.ndarray:
-        with torch.autocast(self.model.device.type, dtype=torch.float16,
-                            enabled=fp16 and self.model.device.type == "cuda"):
-            encoded = self.model.encode_batch(texts, self.kind, max_length)
+        encoded = self.encode_batch(texts, max_length, fp16)
         weights, kept = encoded.weights(1.0)
-        return pool_vectors(encoded.vectors, weights, kept).cpu().numpy()
+        return pool_vectors(encoded.vectors.float(), weights.float(), kept).cpu().numpy()
 
 
 class AlignerDocumentEncoder(_AlignerEncoder, DocumentEncoder):
     kind = DOCUMENT
 
-    def __init__(self, model_name: str | os.PathLike, device: str = "cpu", **_ignored):
-        self._load(model_name, device)
+    def __init__(self, model_name: str | os.PathLike, device: str = "cpu", backend: str = "torch",
+                 precision: str = "float32", threads: int | None = None, onnx_dir: str | None = None, **_ignored):
+        self._load(model_name, EncoderRuntime(backend, device, precision, threads, onnx_dir))
 
     def encode(self, texts: list[str], titles: list[str] | None = None, max_length: int = 256, fp16: bool = False,
                add_sep: bool = False, **_ignored) -> np.ndarray:
         """Pooled vectors [len(texts), dim] (see the module docstring); titles are joined as in our index."""
-        if titles is not None:
-            texts = [f"{title} {text}".strip() for title, text in zip(titles, texts)]
-        return self._pooled(list(texts), max_length, fp16)
+        return self._pooled(document_texts(texts, titles), max_length, fp16)
 
 
 class AlignerQueryEncoder(_AlignerEncoder, QueryEncoder):
     kind = QUERY
 
     def __init__(self, encoder_dir: str | os.PathLike | None = None, device: str = "cpu", fp16: bool = False,
-                 encoded_query_dir: str | None = None, **_ignored):
+                 encoded_query_dir: str | None = None, backend: str = "torch", precision: str = "float32",
+                 threads: int | None = None, onnx_dir: str | None = None, **_ignored):
         QueryEncoder.__init__(self, encoded_query_dir)
         self.fp16 = fp16
         if encoder_dir:
-            self._load(encoder_dir, device)
+            self._load(encoder_dir, EncoderRuntime(backend, device, precision, threads, onnx_dir))
             self.has_model = True
         elif not self.has_encoded_query:
             raise ValueError("AlignerQueryEncoder needs a model folder (encoder_dir) or encoded queries")
@@ -83,4 +112,4 @@ class AlignerQueryEncoder(_AlignerEncoder, QueryEncoder):
     def encode(self, query: str, max_length: int | None = None, **_ignored) -> np.ndarray:
         if self.has_encoded_query:
             return super().encode(query)
-        return self._pooled([query], max_length, self.fp16)[0]
+        return self._pooled(sanitize_texts([query], "query"), max_length, self.fp16)[0]

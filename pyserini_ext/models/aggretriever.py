@@ -22,17 +22,25 @@ import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForMaskedLM
 
+from pyserini_ext.errors import ModelFolderError
+from pyserini_ext.models.folder import (
+    AGGRETRIEVER,
+    WEIGHTS_FILE,
+    config_file,
+    open_model_folder,
+    resolve_model_folder,
+    saving,
+)
+
 POOLINGS = ("agg*", "agg+", "no-mlm")
-AGG_CONFIG_NAME = "aggretriever_config.json"
-WEIGHTS_NAME = "model.safetensors"
-LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
+AGG_CONFIG_NAME = config_file(AGGRETRIEVER)
+WEIGHTS_NAME = WEIGHTS_FILE
 # In the released rule, ids dropped to make the vocabulary divisible are the first ones ([unused*] in BERT);
 # above this many, zeros are padded instead (reference-notes.md).
 MAX_DROPPED_IDS = 1000
 
 
-class CheckpointError(ValueError):
-    """A checkpoint folder lacks what an Aggretriever needs; the message names what is missing."""
+CheckpointError = ModelFolderError  # a checkpoint folder lacks what an Aggretriever needs
 
 
 @dataclass
@@ -173,24 +181,26 @@ class Aggretriever(nn.Module):
     def save_pretrained(self, out_dir: str | os.PathLike, tokenizer=None) -> Path:
         from safetensors.torch import save_file
 
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.encoder.config.save_pretrained(out)
-        state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
-        save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
-        (out / AGG_CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=1))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(out)
-        return out
+        with saving(out_dir) as out:
+            out.mkdir()
+            self.encoder.config.save_pretrained(out)
+            state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+            save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
+            settings = {"model_type": AGGRETRIEVER, **asdict(self.config)}
+            (out / AGG_CONFIG_NAME).write_text(json.dumps(settings, indent=1))
+            if tokenizer is not None:
+                tokenizer.save_pretrained(out)
+        return Path(out_dir)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, **config_overrides) -> Aggretriever:
-        """Load a Pyserini-format checkpoint from a local folder or a Hugging Face hub name."""
-        folder = resolve_model_folder(name_or_path)
-        state = _read_state_dict(folder)
-        config_kwargs = {}
-        if (folder / AGG_CONFIG_NAME).is_file():
-            config_kwargs.update(json.loads((folder / AGG_CONFIG_NAME).read_text()))
+        """Load our folder, or a Pyserini-format checkpoint, from a local folder or a Hugging Face hub name.
+
+        The model only: encoders load (and check) the tokenizer, which Pyserini lets users name separately."""
+        checked = open_model_folder(name_or_path, AGGRETRIEVER, tokenizer=False)
+        folder = checked.path
+        state = _read_state_dict(checked.weights)
+        config_kwargs = {k: v for k, v in checked.settings.items() if k != "model_type"}
         if "cls_proj.weight" in state:
             config_kwargs.setdefault("cls_dim", state["cls_proj.weight"].shape[0])
         config_kwargs.update(config_overrides)
@@ -225,36 +235,15 @@ def _tied_output_names(model: Aggretriever) -> set[str]:
     return {f"encoder.{n}" for n, p in model.encoder.named_parameters(remove_duplicate=False) if p is output.weight}
 
 
-def resolve_model_folder(name_or_path: str | os.PathLike) -> Path:
-    """A local folder as is; otherwise a hub name downloaded with huggingface_hub (needs network)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists() or str(name_or_path).startswith((".", "/")):
-        raise FileNotFoundError(f"{name_or_path}: not a model folder")
-    from huggingface_hub import snapshot_download
-
+def _read_state_dict(weights: Path) -> dict[str, Tensor]:
     try:
-        return Path(snapshot_download(str(name_or_path)))
+        if weights.name.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return load_file(str(weights))
+        return torch.load(weights, map_location="cpu", weights_only=True)  # published checkpoints only
     except Exception as e:
-        raise FileNotFoundError(f"{name_or_path!r} is neither a local folder nor downloadable from the "
-                                f"Hugging Face hub ({type(e).__name__}: {e})") from e
-
-
-def _read_state_dict(folder: Path) -> dict[str, Tensor]:
-    if (folder / WEIGHTS_NAME).is_file():
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(folder / WEIGHTS_NAME))
-        except Exception as e:
-            raise CheckpointError(f"{folder / WEIGHTS_NAME}: unreadable weights ({e})") from e
-    if (folder / LEGACY_WEIGHTS_NAME).is_file():
-        try:
-            return torch.load(folder / LEGACY_WEIGHTS_NAME, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise CheckpointError(f"{folder / LEGACY_WEIGHTS_NAME}: unreadable weights ({e})") from e
-    raise CheckpointError(f"{folder}: no {WEIGHTS_NAME} or {LEGACY_WEIGHTS_NAME}")
+        raise CheckpointError(f"{weights}: unreadable weights ({e})") from e
 
 
 def from_masked_lm(backbone: str | os.PathLike, config: AggretrieverConfig | None = None,

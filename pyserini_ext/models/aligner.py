@@ -6,15 +6,15 @@ alpha_d = 40%); at index/query time lambda is the hard top-k at the pruning rati
 token), which is the eps -> 0 limit of the same operator. Tokens outside the hard top-k never take part in the
 alignment, in training as in retrieval, so what the model learns is what the pruned index serves.
 
-A model folder = the encoder's Hugging Face files (config.json, weights, tokenizer) + `aligner_heads.pt`
-(projection and salience heads) + `aligner_config.json`.
+A model folder = the encoder's Hugging Face files (config.json, model.safetensors, tokenizer) +
+`aligner_heads.safetensors` (projection and salience heads) + `aligner_config.json` (see models/folder.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -23,17 +23,21 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.models.alignment import entropy_topk, hard_topk_mask, salience_keep_count
+from pyserini_ext.models.folder import (
+    ALIGNER,
+    ALIGNER_HEADS_FILE,
+    config_file,
+    load_tokenizer,
+    open_model_folder,
+    saving,
+    tokenizer_fingerprint,
+)
 
-CONFIG_FILE = "aligner_config.json"
-HEADS_FILE = "aligner_heads.pt"
+CONFIG_FILE = config_file(ALIGNER)
+HEADS = ("projection", "query_salience", "doc_salience")
 QUERY, DOCUMENT = "query", "document"
-
-
-def document_text(doc: Mapping[str, str]) -> str:
-    """How every AligneR path turns a corpus record into text: title and body joined by a space."""
-    title, text = (doc.get("title") or "").strip(), (doc.get("text") or "").strip()
-    return f"{title} {text}".strip()
 
 
 @dataclass
@@ -96,39 +100,52 @@ class AlignerModel(nn.Module):
     @classmethod
     def from_backbone(cls, backbone: str | os.PathLike, config: AlignerConfig | None = None) -> AlignerModel:
         """Fresh heads on a pretrained Hugging Face encoder folder (or hub name)."""
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
         config = config or AlignerConfig()
         config.backbone = config.backbone or str(backbone)
         encoder = AutoModel.from_pretrained(str(backbone))
-        return cls(encoder, AutoTokenizer.from_pretrained(str(backbone)), config)
+        return cls(encoder, load_tokenizer(backbone), config)
 
     @classmethod
-    def load(cls, folder: str | os.PathLike, device: str = "cpu") -> AlignerModel:
-        from transformers import AutoModel, AutoTokenizer
-        folder = Path(folder)
-        if not (folder / CONFIG_FILE).is_file() or not (folder / HEADS_FILE).is_file():
-            raise FileNotFoundError(f"{folder}: not an AligneR model folder (needs {CONFIG_FILE} and {HEADS_FILE}; "
-                                    "train one with `pyserini-ext aligner train`)")
-        config = AlignerConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
-        model = cls(AutoModel.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(folder)), config)
-        heads = torch.load(folder / HEADS_FILE, map_location="cpu", weights_only=True)
-        for name in ("projection", "query_salience", "doc_salience"):
-            getattr(model, name).load_state_dict(heads[name])
+    def from_pretrained(cls, name_or_path: str | os.PathLike, device: str = "cpu") -> AlignerModel:
+        """Load an AligneR folder (local or hub name); any other folder is a ModelFolderError."""
+        from safetensors.torch import load_file
+        from transformers import AutoModel
+
+        checked = open_model_folder(name_or_path, ALIGNER)
+        folder = checked.path
+        config = AlignerConfig.from_dict(checked.settings)
+        tokenizer = load_tokenizer(folder)
+        try:
+            model = cls(AutoModel.from_pretrained(str(folder)), tokenizer, config)
+            heads = load_file(str(folder / ALIGNER_HEADS_FILE))
+            for name in HEADS:
+                getattr(model, name).load_state_dict(
+                    {key.split(".", 1)[1]: value for key, value in heads.items() if key.startswith(f"{name}.")})
+        except Exception as e:
+            raise ModelFolderError(f"{folder}: unreadable or incomplete AligneR weights ({type(e).__name__}: {e})"
+                                   ) from None
         return model.to(device).eval()
 
-    def save(self, folder: str | os.PathLike) -> Path:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.encoder.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
-        torch.save({name: getattr(self, name).state_dict() for name in ("projection", "query_salience",
-                                                                         "doc_salience")}, folder / HEADS_FILE)
-        (folder / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=1))
-        return folder
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        from safetensors.torch import save_file
+
+        with saving(out_dir) as folder:
+            self.encoder.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+            save_file({f"{name}.{key}": value.detach().cpu().contiguous()
+                       for name in HEADS for key, value in getattr(self, name).state_dict().items()},
+                      str(folder / ALIGNER_HEADS_FILE), metadata={"format": "pt"})
+            (folder / CONFIG_FILE).write_text(json.dumps({"model_type": ALIGNER, **asdict(self.config)}, indent=1))
+        return Path(out_dir)
 
     def fingerprint(self) -> str:
-        """Hash of every parameter: an index records it and refuses queries encoded by another model."""
+        """Hash of every parameter, the tokenizer and the settings that change the encoding: an index records it
+        and refuses queries encoded by another model (or the same weights with another tokenizer)."""
         digest = hashlib.sha256()
+        settings = {k: v for k, v in asdict(self.config).items() if k != "backbone"}  # backbone: informational
+        digest.update(json.dumps(settings, sort_keys=True).encode())
+        digest.update(tokenizer_fingerprint(self.tokenizer).encode())
         for name, tensor in sorted(self.state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
@@ -170,22 +187,30 @@ class AlignerModel(nn.Module):
 
     @torch.no_grad()
     def encode_texts(self, texts: Sequence[str], kind: str, batch_size: int = 32, max_length: int | None = None,
-                     fp16: bool = False, progress: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+                     fp16: bool = False, progress: bool = False,
+                     encode_batch: Callable[[list[str]], EncodedTokens] | None = None
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token vectors [n, dim] float32, salience pre-activations [n]); padding removed.
 
-        Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only.
+        Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only. `encode_batch`
+        replaces this model's forward (an encoder on another backend or precision, pyserini_ext.encode).
         """
+        if batch_size < 1:  # range() would silently encode nothing
+            raise ValueError(f"batch size must be >= 1, got {batch_size}")
         self.eval()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
         use_fp16 = fp16 and self.device.type == "cuda"
         for start in tqdm(range(0, len(order), batch_size), desc=f"encode {kind}s", disable=not progress):
             chunk = order[start:start + batch_size]
-            with torch.autocast(self.device.type, dtype=torch.float16, enabled=use_fp16):
-                encoded = self.encode_batch([texts[i] for i in chunk], kind, max_length)
+            if encode_batch is not None:
+                encoded = encode_batch([texts[i] for i in chunk])
+            else:
+                with torch.autocast(self.device.type, dtype=torch.float16, enabled=use_fp16):
+                    encoded = self.encode_batch([texts[i] for i in chunk], kind, max_length)
             lengths = encoded.mask.sum(-1).tolist()
-            vectors = encoded.vectors.cpu().numpy()
-            scores = encoded.salience_scores.cpu().numpy()
+            vectors = encoded.vectors.float().cpu().numpy()
+            scores = encoded.salience_scores.float().cpu().numpy()
             for row, i in enumerate(chunk):
                 results[i] = (vectors[row, :lengths[row]], scores[row, :lengths[row]])
         return results

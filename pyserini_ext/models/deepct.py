@@ -2,8 +2,9 @@
 
 The model IS a Hugging Face token-classification model with one label, so a saved folder loads with
 `AutoModelForTokenClassification.from_pretrained(folder)` and any such checkpoint (e.g. the public PyTorch
-conversion of the original DeepCT) loads here. A plain BERT folder (the backbone) loads too; its regression
-head is then freshly initialised (seeded by the caller).
+conversion of the original DeepCT, macavaney/deepct) loads with `from_pretrained`. Any other folder is refused
+there (a backbone would silently get a random head); `from_backbone` starts a model from a plain BERT folder with
+a freshly initialised regression head (seeded by the caller) for training.
 
 Words: the tokenizer's own pre-tokenisation (lower-casing, accent stripping, splitting at whitespace and
 punctuation for BERT uncased) defines the words; a word's text is its word pieces joined (without "##").
@@ -17,9 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForTokenClassification, AutoTokenizer
+from transformers import AutoModelForTokenClassification
 
-DEEPCT_CONFIG = "deepct_config.json"
+from pyserini_ext.errors import ModelFolderError
+from pyserini_ext.models.folder import (
+    DEEPCT,
+    config_file,
+    identify,
+    load_tokenizer,
+    open_model_folder,
+    resolve_model_folder,
+    saving,
+)
+
+DEEPCT_CONFIG = config_file(DEEPCT)
 
 
 @dataclass
@@ -100,31 +112,43 @@ class DeepCTModel(torch.nn.Module):
         self.max_length = max_length
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, max_length: int | None = None) -> DeepCTModel:
-        """Load a saved DeepCT folder, a 1-label token-classification checkpoint, or a BERT backbone folder."""
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path}: not a model folder (no config.json)")
-        saved = json.loads((path / DEEPCT_CONFIG).read_text()) if (path / DEEPCT_CONFIG).is_file() else {}
-        classifier = AutoModelForTokenClassification.from_pretrained(str(path), num_labels=1)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int | None = None) -> DeepCTModel:
+        """Load a DeepCT folder of ours or a published one-label token classifier (e.g. macavaney/deepct);
+        any other folder is a ModelFolderError (use `from_backbone` to start training from a backbone)."""
+        checked = open_model_folder(name_or_path, DEEPCT)
+        return cls._load(checked.path, max_length or checked.settings.get("max_length", 128))
+
+    @classmethod
+    def from_backbone(cls, name_or_path: str | os.PathLike, max_length: int = 128) -> DeepCTModel:
+        """A BERT-family backbone with a fresh regression head (seeded by the caller), or a DeepCT folder to
+        train further."""
+        folder = resolve_model_folder(name_or_path)
+        if identify(folder)[0] == DEEPCT:
+            return cls.from_pretrained(folder, max_length)
+        return cls._load(folder, max_length)
+
+    @classmethod
+    def _load(cls, folder: Path, max_length: int) -> DeepCTModel:
+        tokenizer = load_tokenizer(folder)
         if not tokenizer.is_fast:
-            raise ValueError(f"{path}: DeepCT needs a fast tokenizer (tokenizer.json) for word boundaries")
-        model = cls(classifier, tokenizer, max_length or saved.get("max_length", 128))
-        return model.eval()
+            raise ModelFolderError(f"{folder}: DeepCT needs a fast tokenizer (tokenizer.json) for word boundaries")
+        try:
+            classifier = AutoModelForTokenClassification.from_pretrained(str(folder), num_labels=1)
+        except Exception as e:
+            raise ModelFolderError(f"{folder}: unreadable model ({type(e).__name__}: {e})") from None
+        return cls(classifier, tokenizer, max_length).eval()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask).logits.squeeze(-1)
 
     def save_pretrained(self, out_dir: str | os.PathLike, **card) -> Path:
         """Hugging Face layout (config.json, model.safetensors, tokenizer) plus deepct_config.json."""
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.encoder.save_pretrained(str(out_dir))
-        self.tokenizer.save_pretrained(str(out_dir))
-        (out_dir / DEEPCT_CONFIG).write_text(json.dumps({"model": "deepct", "max_length": self.max_length, **card},
-                                                        indent=1))
-        return out_dir
+        with saving(out_dir) as out:
+            self.encoder.save_pretrained(str(out))
+            self.tokenizer.save_pretrained(str(out))
+            settings = {"model_type": DEEPCT, "max_length": self.max_length, **card}
+            (out / DEEPCT_CONFIG).write_text(json.dumps(settings, indent=1))
+        return Path(out_dir)
 
     @torch.no_grad()
     def word_weights(self, texts: list[str], batch_size: int = 64) -> list[list[tuple[str, float]]]:
@@ -132,6 +156,8 @@ class DeepCTModel(torch.nn.Module):
 
         Windows of `max_length` pieces cover the whole text, so no word is lost to truncation.
         """
+        if batch_size < 1:  # range() would silently weigh nothing
+            raise ValueError(f"batch size must be >= 1, got {batch_size}")
         device = next(self.parameters()).device
         per_text_windows = [pack_windows(split_words(self.tokenizer, t), self.max_length) for t in texts]
         flat = [(i, w) for i, windows in enumerate(per_text_windows) for w in windows]

@@ -1,7 +1,8 @@
 """AligneR searcher: token-level candidate generation, then exact sparse-alignment scoring.
 
-query -> token vectors, pruned to the top ceil(beta_q * n) tokens by query salience -> `neighbours` nearest
-document tokens per query token in the token-level Faiss index -> their documents are the candidates ->
+query -> token vectors, pruned to the top ceil(beta_q * n) tokens by query salience -> candidate documents from
+the index's candidate generator (the documents of the `neighbours` nearest document tokens per query token in a
+token-level Faiss index, or the best `neighbours` documents under the query tokens' nearest centroids) ->
 exact alignment score (top-k or top-p, salience weighted, see pyserini_ext.models.alignment) -> top hits.
 
 `search()` / `batch_search()` return `pyserini.search.faiss.DenseSearchResult`s, so Pyserini's
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from pyserini.search.faiss import DenseSearchResult
 
+from pyserini_ext.encode.aligner import AlignerQueryEncoder
 from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError
 from pyserini_ext.models.aligner import QUERY, AlignerModel
 from pyserini_ext.models.alignment import MAXSIM, Alignment, alignment_scores
@@ -24,9 +26,11 @@ from pyserini_ext.models.alignment import MAXSIM, Alignment, alignment_scores
 class AlignerSearcher:
     def __init__(self, index: str | os.PathLike | AlignerIndex, model: str | os.PathLike | AlignerModel,
                  beta_q: float = 0.5, alignment: Alignment | str = MAXSIM, neighbours: int = 256,
-                 nprobe: int = 32, score_batch: int = 512, check_model: bool = True):
+                 nprobe: int = 32, score_batch: int = 512, check_model: bool = True,
+                 query_encoder: AlignerQueryEncoder | None = None):
+        """`query_encoder`: encode queries on its backend/precision (ONNX Runtime, bf16, int8) instead of `model`."""
         self.index = index if isinstance(index, AlignerIndex) else AlignerIndex.open(index, nprobe=nprobe)
-        self.model = model if isinstance(model, AlignerModel) else AlignerModel.load(model)
+        self.model = model if isinstance(model, AlignerModel) else AlignerModel.from_pretrained(model)
         if check_model and self.model.fingerprint() != self.index.model_fingerprint:
             built_with = self.index.metadata["model"].get("path") or "an unnamed model"
             raise AlignerIndexError(
@@ -41,22 +45,23 @@ class AlignerSearcher:
         self.alignment = Alignment.parse(alignment) if isinstance(alignment, str) else alignment
         self.neighbours = neighbours
         self.score_batch = score_batch
+        self.query_encoder = query_encoder
 
     # ---- steps --------------------------------------------------------------------------------------------
     @torch.no_grad()
     def encode_queries(self, queries: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query: (kept token vectors [n', dim], their salience weights [n'])."""
+        if self.query_encoder is not None:
+            return self.query_encoder.encode_tokens(list(queries), beta=self.beta_q)
         encoded = self.model.encode_batch(list(queries), QUERY)
         weights, kept = encoded.weights(self.beta_q)
         return [(encoded.vectors[i][kept[i]].cpu().numpy(), weights[i][kept[i]].cpu().numpy())
                 for i in range(len(queries))]
 
-    def candidates(self, query_vectors: np.ndarray) -> np.ndarray:
-        """Indices of the documents owning any of the `neighbours` nearest tokens of any query token."""
-        n = min(self.neighbours, self.index.candidate_index.ntotal)
-        _, token_ids = self.index.candidate_index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), n)
-        token_ids = token_ids[token_ids >= 0]
-        return np.unique(self.index.doc_of_token[token_ids])
+    def candidates(self, query_vectors: np.ndarray, query_weights: np.ndarray) -> np.ndarray:
+        """Indices of the documents to score exactly: those owning any of the `neighbours` nearest tokens of any
+        query token (flat, ivfpq, hnsw), or the best `neighbours` by centroid approximation (centroid)."""
+        return self.index.candidates.candidates(query_vectors, query_weights, self.neighbours)
 
     def score_documents(self, query_vectors: np.ndarray, query_weights: np.ndarray, doc_indices: np.ndarray,
                         alignment: Alignment | None = None) -> np.ndarray:
@@ -75,7 +80,7 @@ class AlignerSearcher:
     def rank(self, query_vectors: np.ndarray, query_weights: np.ndarray, k: int,
              alignment: Alignment | None = None, doc_indices: np.ndarray | None = None) -> list[DenseSearchResult]:
         if doc_indices is None:
-            doc_indices = self.candidates(query_vectors)
+            doc_indices = self.candidates(query_vectors, query_weights)
         scores = self.score_documents(query_vectors, query_weights, doc_indices, alignment)
         # ties: the smaller docid first, the same order write_trec_run uses
         order = sorted(range(len(doc_indices)), key=lambda i: (-scores[i], self.index.docids[doc_indices[i]]))[:k]

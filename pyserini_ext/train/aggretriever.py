@@ -25,8 +25,7 @@ import torch
 from torch import Tensor
 from transformers import AutoTokenizer
 
-from pyserini_ext.data import BeirDataset, load_dataset
-from pyserini_ext.encode._torch import join_titles
+from pyserini_ext.data import BeirDataset, document_text, load_dataset
 from pyserini_ext.models.aggretriever import (
     AGG_CONFIG_NAME,
     Aggretriever,
@@ -48,11 +47,6 @@ class TrainingQuery:
     text: str
     positives: list[str]  # judged relevant docids in the corpus, sorted
     judged: frozenset[str]  # every judged docid of the query (relevant or not): never drawn as a negative
-
-
-def passage_text(doc: Mapping[str, str]) -> str:
-    """Title and text joined as Pyserini's encoder joins its `title` and `text` fields."""
-    return join_titles([doc.get("text")], [doc.get("title")])[0]
 
 
 def training_queries(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
@@ -168,7 +162,7 @@ def train_aggretriever(backbone_or_model_dir: str | os.PathLike, dataset: str | 
             false_negatives = torch.tensor([[j != i and docid in example.positives for j, docid in enumerate(passages)]
                                             for i, example in enumerate(chunk)])
             yield (tokenize([example.text for example in chunk], query_max_length),
-                   tokenize([passage_text(corpus[docid]) for docid in passages], passage_max_length), false_negatives)
+                   tokenize([document_text(corpus[docid]) for docid in passages], passage_max_length), false_negatives)
 
     def loss_fn(model: Aggretriever, batch: tuple[dict[str, Tensor], dict[str, Tensor], Tensor]) -> Tensor:
         query_inputs, passage_inputs, false_negatives = batch

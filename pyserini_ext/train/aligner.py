@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel, document_text
+from pyserini_ext.data import document_text
+from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import MAXSIM, alignment_scores
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
@@ -116,7 +117,7 @@ def train_aligner(backbone: str | os.PathLike, corpus: Mapping[str, Mapping[str,
 
     losses = train(model, make_batches, lambda m, b: contrastive_loss(m, b, loss_config.temperature),
                    train_config, steps_per_epoch, desc="train aligner")
-    model.save(out_dir)
+    model.save_pretrained(out_dir)
     save_training_log(out_dir, train_config, losses, negatives=negatives, examples=len(examples),
                       temperature=loss_config.temperature, batch_size=batch_size,
                       first_loss=losses[0], last_loss=float(sum(losses[-10:]) / len(losses[-10:])),
@@ -150,7 +151,7 @@ def distill_aligner(backbone: str | os.PathLike, data, out_dir: str | os.PathLik
                                                              distill_config.group_size, train_config.seed, epoch),
                    loss_fn, train_config, steps_per_epoch(data, distill_config), desc="distil aligner",
                    parameter_groups=groups, checkpoint_dir=checkpoint_dir)
-    model.save(out_dir)
+    model.save_pretrained(out_dir)
     save_training_log(out_dir, train_config, losses, distillation=asdict(distill_config), temperature=temperature,
                       training_queries=len(data.queries), backbone=str(backbone))
     return model, losses

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from pyserini_ext.data.text import document_text
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words, window_inputs
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
 
@@ -36,11 +37,6 @@ def term_recall(passage_words: list[str], queries: list[list[str]], weights: lis
     query_sets = [set(q) for q in queries]
     total = sum(weights)
     return [sum(w for q, w in zip(query_sets, weights) if word in q) / total for word in passage_words]
-
-
-def passage_text(doc: Mapping[str, str]) -> str:
-    """Title and text joined, as the index sees them."""
-    return " ".join(p for p in (doc.get("title") or "", doc.get("text") or "") if p)
 
 
 def make_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
@@ -78,7 +74,7 @@ def weighted_recall_examples(tokenizer, corpus: Mapping[str, Mapping[str, str]],
     for docid in sorted(relevant_queries):
         if docid not in corpus:
             raise KeyError(f"qrels name passage {docid!r}, which is not in the corpus")
-        windows = pack_windows(split_words(tokenizer, passage_text(corpus[docid])), max_length)
+        windows = pack_windows(split_words(tokenizer, document_text(corpus[docid])), max_length)
         if not windows:
             continue  # empty passage: nothing to learn from
         texts, weights = zip(*relevant_queries[docid])
@@ -137,7 +133,7 @@ def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str
     """
     config = config or TrainConfig()
     set_seed(config.seed)  # the regression head is initialised at load time
-    model = DeepCTModel.from_pretrained(model_path, max_length=max_length)
+    model = DeepCTModel.from_backbone(model_path, max_length=max_length)
     if distillation is not None:
         examples = teacher_recall_examples(model.tokenizer, distillation, max_length)
     else:

@@ -15,14 +15,11 @@ second run (or another model's trainer) reuses it instead of re-encoding with th
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
 import random
 import re
-import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,8 +30,8 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from pyserini_ext.data import data_home, load_dataset, write_json_collection
-from pyserini_ext.models.aligner import document_text
+from pyserini_ext.data import data_home, document_text, load_dataset, read_triples, write_json_collection
+from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.backbones import backbone_path
 
 logger = logging.getLogger(__name__)
@@ -81,25 +78,6 @@ def fingerprint(*parts: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- corpus, queries
-
-def read_triples(path: str | Path) -> list[tuple[str, str, str]]:
-    """(query, positive passage, negative passage) rows of an MS MARCO triples file (tsv, optionally .gz)."""
-    path = Path(path)
-    if path.is_dir():
-        found = sorted(path.glob("triples*.tsv*"))
-        if not found:
-            raise FileNotFoundError(f"{path}: no triples*.tsv[.gz] file")
-        path = found[0]
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 3:
-                raise ValueError(f"{path}:{line_no}: expected 'query<TAB>positive<TAB>negative'")
-            rows.append((parts[0], parts[1], parts[2]))
-    return rows
-
 
 def training_corpus(config: DistillDataConfig) -> tuple[dict[str, dict[str, str]], list[TrainingQuery], list[str]]:
     """(corpus, labelled queries, docids to make pseudo-queries from). Docids are prefixed `dataset/docid` so
@@ -190,14 +168,19 @@ def _batches(items: Sequence, size: int):
         yield items[start:start + size]
 
 
+def _packaged_model(backbone: str, auto_class: str, device: str):
+    """(tokenizer, model in eval mode on `device`) of a packaged backbone, through transformers' `auto_class`."""
+    import transformers
+    folder = backbone_path(backbone)
+    model = getattr(transformers, auto_class).from_pretrained(folder).to(device).eval()
+    return transformers.AutoTokenizer.from_pretrained(folder), model
+
+
 class MiniLMTeacher:
     """all-MiniLM-L6-v2 as sentence-transformers runs it: mean pooling over tokens, L2-normalised."""
 
     def __init__(self, device: str = "cpu"):
-        from transformers import AutoModel, AutoTokenizer
-        folder = backbone_path("all-minilm-l6-v2")
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModel.from_pretrained(folder).to(device).eval()
+        self.tokenizer, self.model = _packaged_model("all-minilm-l6-v2", "AutoModel", device)
         self.device = device
 
     @torch.inference_mode()
@@ -221,10 +204,7 @@ class SpladeTeacher:
     """splade-tiny: log(1 + ReLU(MLM logits)), max over non-padding positions, as sparse vocabulary vectors."""
 
     def __init__(self, device: str = "cpu"):
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-        folder = backbone_path("splade-tiny")
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForMaskedLM.from_pretrained(folder).to(device).eval()
+        self.tokenizer, self.model = _packaged_model("splade-tiny", "AutoModelForMaskedLM", device)
         self.device = device
         vocab = self.tokenizer.get_vocab()
         self.vocabulary = [""] * len(vocab)
@@ -252,17 +232,11 @@ class SpladeTeacher:
 def bm25_rankings(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], depth: int,
                   threads: int = 1) -> dict[str, list[tuple[str, float]]]:
     """qid -> BM25 top-`depth` (docid, score) with Pyserini's defaults (k1 0.9, b 0.4) over a Lucene index of
-    `corpus` built by `python -m pyserini.index.lucene` in a temporary folder."""
+    `corpus` built by `build_lucene_index` in a temporary folder."""
     from pyserini.search.lucene import LuceneSearcher
     with tempfile.TemporaryDirectory(prefix="pyserini-ext-bm25-") as tmp:
         collection = write_json_collection(corpus, Path(tmp) / "collection").parent
-        index = Path(tmp) / "index"
-        proc = subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
-                               "--input", str(collection), "--index", str(index), "--generator",
-                               "DefaultLuceneDocumentGenerator", "--threads", str(threads)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"Lucene indexing for BM25 failed: {proc.stderr[-2000:]}")
+        index = build_lucene_index(collection, Path(tmp) / "index", threads)
         searcher = LuceneSearcher(str(index))
         qids = list(queries)
         rankings = {}

@@ -1,0 +1,115 @@
+"""AligneR search vs a Faiss flat single-vector search over the same corpus, one thread, one run.
+
+SciFact test queries and a corpus of every document judged for them plus the first others by docid up to
+`--docs`, encoded once with the AligneR model. Indexes: exact (float16 vectors, flat token candidates) and
+compressed (residual-PQ codes, PLAID-style centroid candidates: no second index). The single-vector baseline is
+Faiss IndexFlatIP over AligneR's pooled document vectors (what `--encoder-class aligner` gives Pyserini).
+Latency is per query from encoded query vectors to the top 10 (query encoding excluded on both sides).
+
+    .venv/bin/python bench/bench_aligner_search.py --docs 1000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+from bench_precision_quality import _model, ndcg10, subset
+
+from pyserini_ext.data import load_dataset
+from pyserini_ext.encode.aligner import AlignerQueryEncoder
+from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index, encode_corpus
+from pyserini_ext.models.aligner import AlignerModel
+from pyserini_ext.models.alignment import pool_vectors
+from pyserini_ext.search.aligner import AlignerSearcher
+
+
+def timed_search(search, items) -> tuple[dict, np.ndarray]:
+    run, latencies = {}, []
+    for qid, item in items:
+        start = time.perf_counter()
+        run[qid] = search(item)
+        latencies.append(time.perf_counter() - start)
+    return run, np.array(latencies) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--aligner", help="AligneR folder (default: the shipped one)")
+    parser.add_argument("--beta-d", type=float, default=0.4, help="document tokens kept (the docs' default)")
+    parser.add_argument("--pq-m", type=int, default=16)
+    parser.add_argument("--pq-bits", type=int, default=8)
+    parser.add_argument("--nprobe", type=int, default=4, help="centroids probed per query token")
+    parser.add_argument("--neighbours", type=int, default=256, help="documents kept by the centroid stage")
+    parser.add_argument("--encoded", help="cache of the corpus encoding (EncodedCorpus .npz), reused if present")
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    model_dir = _model("aligner", args.aligner, "aligner_config.json")
+    corpus, queries, qrels = subset(load_dataset("scifact"), args.docs)
+    model = AlignerModel.from_pretrained(model_dir)
+    if args.encoded and Path(args.encoded).is_file():
+        encoded = EncodedCorpus.load(args.encoded)
+    else:
+        encoded = encode_corpus(model, corpus, model_path=model_dir, progress=False)
+        if args.encoded:
+            encoded.save(args.encoded)
+    encoded_queries = AlignerQueryEncoder(model_dir).encode_tokens(list(queries.values()), beta=0.5)
+    pooled_docs = np.stack([pool_vectors(torch.from_numpy(encoded.vectors[a:b].astype(np.float32))[None],
+                                         torch.relu(torch.from_numpy(encoded.salience_scores[a:b]))[None],
+                                         torch.ones(1, b - a, dtype=torch.bool))[0].numpy()
+                            for a, b in zip(encoded.offsets[:-1], encoded.offsets[1:])])
+    pooled_queries = AlignerQueryEncoder(model_dir)._pooled(list(queries.values()), None, False)
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        flat = faiss.IndexFlatIP(pooled_docs.shape[1])
+        flat.add(pooled_docs.astype(np.float32))
+
+        def single_vector(vector):
+            scores, ids = flat.search(vector[None], 10)
+            return {encoded.docids[i]: float(s) for i, s in zip(ids[0], scores[0])}
+
+        run, ms = timed_search(single_vector, zip(queries, pooled_queries))
+        rows["Faiss flat, pooled single vector"] = {"run": run, "ms": ms, "bytes_per_token": None}
+        compressed = {"codec": "residual-pq", "candidates": "centroid", "pq_m": args.pq_m, "pq_bits": args.pq_bits}
+        for name, options, open_options in (
+                ("AligneR exact (float16, flat)", {}, {}),
+                (f"AligneR residual-PQ{args.pq_m}x{args.pq_bits} + centroid", compressed, {"nprobe": args.nprobe})):
+            folder = build_index(encoded, Path(tmp) / name.split()[1], beta_d=args.beta_d, progress=False, **options)
+            index = AlignerIndex.open(folder, **open_options)
+            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if options else 256)
+
+            def multi_vector(query, searcher=searcher):
+                return {h.docid: h.score for h in searcher.rank(query[0], query[1], 10)}
+
+            run, ms = timed_search(multi_vector, zip(queries, encoded_queries))
+            rows[name] = {"run": run, "ms": ms, "bytes_per_token": index.bytes_per_token()}
+    base = np.percentile(rows["Faiss flat, pooled single vector"]["ms"], 50)
+    exact = ndcg10(qrels, rows["AligneR exact (float16, flat)"]["run"])
+    print(f"AligneR {Path(model_dir).name}, SciFact test: {len(queries)} queries, {len(corpus)} documents "
+          f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), one thread; centroid stage: nprobe {args.nprobe}, "
+          f"{args.neighbours} documents to exact scoring")
+    print(f"{'':38} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10}")
+    report = {}
+    for name, r in rows.items():
+        score = ndcg10(qrels, r["run"])
+        report[name] = {"ndcg10": score, "delta_points": 100 * (score - exact), "bytes_per_token": r["bytes_per_token"],
+                        "p50_ms": float(np.percentile(r["ms"], 50)), "p99_ms": float(np.percentile(r["ms"], 99))}
+        report[name]["p50_ratio"] = report[name]["p50_ms"] / base
+        bpt = f"{r['bytes_per_token']:.1f}" if r["bytes_per_token"] else "-"
+        print(f"{name:38} {score:8.4f} {100 * (score - exact):+9.2f} {bpt:>12} {report[name]['p50_ms']:7.2f} "
+              f"{report[name]['p99_ms']:7.2f} {report[name]['p50_ratio']:9.1f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"docs": len(corpus), "queries": len(queries), "rows": report},
+                                              indent=1))
+
+
+if __name__ == "__main__":
+    main()

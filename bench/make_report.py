@@ -1,0 +1,66 @@
+"""`make bench`: runs every benchmark once (each prints its own ratios), then writes docs/bench.md with a plot.
+
+    .venv/bin/python bench/make_report.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DOCS = HERE.parent / "docs"
+
+
+def run(script: str, args: list[str], out: Path) -> tuple[str, dict]:
+    command = [sys.executable, str(HERE / script), *args, "--json", str(out)]
+    printed = subprocess.run(command, check=True, capture_output=True, text=True, cwd=HERE).stdout
+    print(printed, flush=True)
+    return f"$ python bench/{script} {' '.join(args)}\n{printed}", json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the figures)")
+    args = parser.parse_args()
+    passages, docs = ("64", "200") if args.quick else ("1000", "800")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        runs = [run("bench_aggretriever.py", ["--passages", passages, "--max-length", length],
+                    tmp / f"agg{length}.json") for length in ("256", "512")]
+        runs.append(run("bench_query_latency.py", ["--queries", "300"], tmp / "query.json"))
+        runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))
+        runs.append(run("bench_aligner_search.py", ["--docs", docs], tmp / "aligner.json"))
+        deepct = subprocess.run([sys.executable, str(HERE / "bench_deepct_index.py"), "--docs", docs],
+                                check=True, capture_output=True, text=True, cwd=HERE).stdout
+        print(deepct)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (_, data), axis in zip(runs[:2], axes):
+        sides = list(data["sides"])
+        axis.bar(range(len(sides)), [data["sides"][s]["speedup"] for s in sides])
+        axis.set_xticks(range(len(sides)), sides, rotation=30, ha="right")
+        axis.set_ylabel("passages/s relative to Pyserini")
+        axis.set_title(f"Aggretriever documents, max length {data['max_length']}")
+    figure.tight_layout()
+    figure.savefig(DOCS / "bench.png", dpi=100)
+    printed = "\n".join(text for text, _ in runs) + "\n$ python bench/bench_deepct_index.py --docs " + docs + \
+        "\n" + deepct
+    (DOCS / "bench.md").write_text(
+        "# Benchmarks (`make bench`)\n\n"
+        f"Written by `bench/make_report.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; every figure "
+        "below is what one run of each script printed (baseline and ours in the same run, each side in its own "
+        "process where the script says so).\n\n![Aggretriever encoding speed-ups](bench.png)\n\n```\n"
+        + printed + "```\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""How an AligneR index stores its token vectors (codecs) and finds candidate documents (candidate generators).
+
+Codecs (`CODECS`), one small interface: `fit(vectors, options)` -> codec, `write(folder, vectors)` -> files written,
+`read(files, options)` -> codec, `decode(rows)` -> float32 [rows, dim].
+  float16       vectors.npy, 2 bytes per dimension, exact up to float16 rounding.
+  residual-pq   ColBERTv2-style: a coarse centroid id + a PQ code of the residual, with Faiss's IVF-PQ
+                (`sa_encode`/`sa_decode`); codec.faiss holds the centroids and codebooks, codes.npy
+                uint8 [tokens, centroid id bytes + pq_m].
+
+Candidate generators (`CANDIDATES`): `build(files, vectors, codec, doc_of_token, options)`,
+`read(files, codec, doc_of_token, options)`, `candidates(query_vectors, query_weights, neighbours)` -> document rows.
+  flat      nothing stored; an exact Faiss IndexFlatIP over the decoded vectors, built when the index opens.
+  ivfpq     a token-level Faiss IVF-PQ index (candidates.faiss, about 42 bytes per token).
+  hnsw      a token-level Faiss HNSW index (candidates.faiss).
+  centroid  PLAID-style, from the centroid ids the residual-pq codes already hold: inverted lists centroid ->
+            documents (centroid_docs.npy, int32, one entry per distinct (centroid, document)), then the
+            documents under the `nprobe` nearest centroids of each query token are ranked by their centroid
+            approximation (sum over query tokens of weight x max over the document's tokens of q . centroid)
+            and the best `neighbours` go on to exact scoring.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import faiss
+import numpy as np
+
+from pyserini_ext.errors import IndexFolderError
+
+BATCH = 65536
+
+
+class AlignerIndexError(IndexFolderError):
+    """An AligneR index folder is missing, incomplete, corrupt, or does not fit the model used with it."""
+
+
+@dataclass
+class IndexFiles:
+    """Reads and writes the files of one index folder; a read names the file and what is wrong with it."""
+    folder: Path
+    tokens: int = 0
+
+    def save(self, name: str, array: np.ndarray) -> None:
+        np.save(self.folder / name, array)
+
+    def save_faiss(self, name: str, index: faiss.Index) -> None:
+        faiss.write_index(index, str(self.folder / name))
+
+    def array(self, name: str, rows: int | None = None) -> np.ndarray:
+        path = self.folder / name
+        if not path.is_file():
+            raise AlignerIndexError(f"{self.folder}: missing {name}")
+        try:
+            array = np.load(path, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as e:
+            raise AlignerIndexError(f"{path}: corrupt ({e})") from None
+        rows = self.tokens if rows is None else rows
+        if array.shape[0] != rows:
+            raise AlignerIndexError(f"{path}: {array.shape[0]} rows, metadata says {rows}")
+        return array
+
+    def faiss_index(self, name: str) -> faiss.Index:
+        path = self.folder / name
+        if not path.is_file():
+            raise AlignerIndexError(f"{self.folder}: missing {name}")
+        try:
+            return faiss.read_index(str(path))
+        except RuntimeError as e:
+            raise AlignerIndexError(f"{path}: corrupt Faiss index ({str(e).splitlines()[0]})") from None
+
+
+# ---- codecs ---------------------------------------------------------------------------------------------------
+class TokenCodec(ABC):
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def fit(cls, vectors: np.ndarray, options: dict) -> TokenCodec: ...
+
+    @abstractmethod
+    def write(self, files: IndexFiles, vectors: np.ndarray) -> None: ...
+
+    @classmethod
+    @abstractmethod
+    def read(cls, files: IndexFiles, options: dict) -> TokenCodec: ...
+
+    @abstractmethod
+    def decode(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def options(self) -> dict:
+        """What metadata.json records about this codec (read back as `options`)."""
+        return {}
+
+
+class Float16Store(TokenCodec):
+    name = "float16"
+
+    def __init__(self, vectors: np.ndarray | None = None):
+        self.vectors = vectors
+
+    @classmethod
+    def fit(cls, vectors, options):
+        return cls()
+
+    def write(self, files, vectors):
+        files.save("vectors.npy", vectors.astype(np.float16))
+
+    @classmethod
+    def read(cls, files, options):
+        return cls(files.array("vectors.npy"))
+
+    def decode(self, rows):
+        return np.asarray(self.vectors[rows], dtype=np.float32)
+
+
+def train_ivfpq(vectors: np.ndarray, nlist: int, pq_m: int, train_size: int | None = None, seed: int = 42,
+                pq_bits: int = 8) -> faiss.Index:
+    # "np": no polysemous training (minutes of simulated annealing we do not use)
+    index = faiss.index_factory(vectors.shape[1], f"IVF{nlist},PQ{pq_m}x{pq_bits}np", faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(seed)
+    # Faiss wants >= 39 points per centroid: 64 per IVF list, and >= 2^16 for the 256-centroid PQ codebooks
+    sample_size = min(len(vectors), train_size or max(64 * nlist, 1 << 16))
+    sample = vectors[np.sort(rng.choice(len(vectors), sample_size, replace=False))].astype(np.float32)
+    index.cp.seed = seed
+    index.train(sample)
+    return index
+
+
+class ResidualPQStore(TokenCodec):
+    name = "residual-pq"
+
+    def __init__(self, ivfpq: faiss.Index, codes: np.ndarray | None = None):
+        self.ivfpq, self.codes = ivfpq, codes
+        self.centroid_bytes = faiss.extract_index_ivf(ivfpq).coarse_code_size()
+
+    @classmethod
+    def fit(cls, vectors, options):
+        return cls(train_ivfpq(vectors, options["nlist"], options["pq_m"], options.get("train_size"),
+                               pq_bits=options.get("pq_bits", 8)))
+
+    def write(self, files, vectors):
+        files.save_faiss("codec.faiss", self.ivfpq)
+        self.codes = np.concatenate([self.ivfpq.sa_encode(vectors[s:s + BATCH].astype(np.float32))
+                                     for s in range(0, len(vectors), BATCH)])
+        files.save("codes.npy", self.codes)
+
+    @classmethod
+    def read(cls, files, options):
+        return cls(files.faiss_index("codec.faiss"), files.array("codes.npy"))
+
+    def decode(self, rows):
+        return self.ivfpq.sa_decode(np.ascontiguousarray(self.codes[rows]))
+
+    def centroid_ids(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """The coarse centroid of each token: the little-endian first bytes of its code (Faiss `encode_listno`)."""
+        head = np.asarray(self.codes[rows, :self.centroid_bytes], dtype=np.int64)
+        return (head << (8 * np.arange(self.centroid_bytes))).sum(axis=1)
+
+    def centroids(self) -> np.ndarray:
+        quantizer = faiss.extract_index_ivf(self.ivfpq).quantizer
+        return quantizer.reconstruct_n(0, quantizer.ntotal)
+
+    def options(self):
+        ivf = faiss.extract_index_ivf(self.ivfpq)
+        return {"nlist": int(ivf.nlist), "pq_m": int(faiss.downcast_index(self.ivfpq).pq.M)}
+
+
+CODECS: dict[str, type[TokenCodec]] = {c.name: c for c in (Float16Store, ResidualPQStore)}
+
+
+# ---- candidate generators ---------------------------------------------------------------------------------------
+class CandidateGenerator(ABC):
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def build(cls, files: IndexFiles, vectors: np.ndarray, codec: TokenCodec, doc_of_token: np.ndarray,
+              options: dict) -> dict: ...
+
+    @classmethod
+    @abstractmethod
+    def read(cls, files: IndexFiles, codec: TokenCodec, doc_of_token: np.ndarray, options: dict
+             ) -> CandidateGenerator: ...
+
+    @abstractmethod
+    def candidates(self, query_vectors: np.ndarray, query_weights: np.ndarray, neighbours: int) -> np.ndarray:
+        """Sorted distinct document rows to score exactly."""
+
+
+class FaissTokenCandidates(CandidateGenerator):
+    """The documents owning any of the `neighbours` nearest tokens of any query token in a token-level index."""
+
+    def __init__(self, index: faiss.Index, doc_of_token: np.ndarray):
+        self.index, self.doc_of_token = index, doc_of_token
+
+    def candidates(self, query_vectors, query_weights, neighbours):
+        n = min(neighbours, self.index.ntotal)
+        _, token_ids = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), n)
+        return np.unique(self.doc_of_token[token_ids[token_ids >= 0]])
+
+
+class FlatCandidates(FaissTokenCandidates):
+    name = "flat"
+
+    @classmethod
+    def build(cls, files, vectors, codec, doc_of_token, options):
+        return {}
+
+    @classmethod
+    def read(cls, files, codec, doc_of_token, options):
+        index = faiss.IndexFlatIP(options["dim"])
+        for start in range(0, len(doc_of_token), BATCH):
+            index.add(codec.decode(np.arange(start, min(start + BATCH, len(doc_of_token)))))
+        return cls(index, doc_of_token)
+
+
+class StoredTokenCandidates(FaissTokenCandidates):
+    """A token-level Faiss index in candidates.faiss: IVF-PQ (`nprobe`) or HNSW (`ef_search`)."""
+
+    @classmethod
+    def build(cls, files, vectors, codec, doc_of_token, options):
+        ann = cls.empty_index(vectors, codec, options)
+        for start in range(0, len(vectors), BATCH):
+            ann.add(vectors[start:start + BATCH].astype(np.float32))
+        files.save_faiss("candidates.faiss", ann)
+        return {}
+
+    @classmethod
+    def read(cls, files, codec, doc_of_token, options):
+        index = files.faiss_index("candidates.faiss")
+        if index.ntotal != len(doc_of_token):
+            raise AlignerIndexError(f"{files.folder / 'candidates.faiss'}: {index.ntotal} vectors, metadata says "
+                                    f"{len(doc_of_token)}")
+        faiss.ParameterSpace().set_index_parameters(index, cls.search_parameter(options))
+        return cls(index, doc_of_token)
+
+
+class IvfPqCandidates(StoredTokenCandidates):
+    name = "ivfpq"
+
+    @staticmethod
+    def empty_index(vectors, codec, options):
+        if isinstance(codec, ResidualPQStore):  # the same trained quantizer and codebooks
+            return faiss.clone_index(codec.ivfpq)
+        return train_ivfpq(vectors, options["nlist"], options["pq_m"], options.get("train_size"))
+
+    @staticmethod
+    def search_parameter(options):
+        return f"nprobe={options['nprobe']}"
+
+
+class HnswCandidates(StoredTokenCandidates):
+    name = "hnsw"
+
+    @staticmethod
+    def empty_index(vectors, codec, options):
+        return faiss.index_factory(vectors.shape[1], f"HNSW{options['hnsw_m']}", faiss.METRIC_INNER_PRODUCT)
+
+    @staticmethod
+    def search_parameter(options):
+        return f"efSearch={options['ef_search']}"
+
+
+class CentroidCandidates(CandidateGenerator):
+    name = "centroid"
+
+    def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray,
+                 offsets: np.ndarray, nprobe: int):
+        self.centroids = codec.centroids()
+        self.list_offsets, self.list_docs, self.offsets, self.nprobe = list_offsets, list_docs, offsets, nprobe
+        self.token_centroids = codec.centroid_ids()  # [tokens] int64, decoded once from the codes
+
+    @staticmethod
+    def _codec(codec: TokenCodec) -> ResidualPQStore:
+        if not isinstance(codec, ResidualPQStore):
+            raise ValueError("candidates 'centroid' reads the centroid ids of the residual-pq codec; use "
+                             "codec='residual-pq' (or another candidate generator)")
+        return codec
+
+    @classmethod
+    def build(cls, files, vectors, codec, doc_of_token, options):
+        centroid_ids = cls._codec(codec).centroid_ids()
+        pairs = np.unique(centroid_ids * (int(doc_of_token.max(initial=0)) + 1) + doc_of_token)  # (centroid, doc)
+        lists, docs = np.divmod(pairs, int(doc_of_token.max(initial=0)) + 1)
+        nlist = codec.options()["nlist"]
+        files.save("centroid_docs.npy", docs.astype(np.int32))
+        files.save("centroid_offsets.npy", np.searchsorted(lists, np.arange(nlist + 1)).astype(np.int64))
+        return {"centroid_list_entries": int(len(docs))}
+
+    @classmethod
+    def read(cls, files, codec, doc_of_token, options):
+        codec = cls._codec(codec)
+        nlist = codec.options()["nlist"]
+        list_offsets = np.asarray(files.array("centroid_offsets.npy", nlist + 1))
+        list_docs = np.asarray(files.array("centroid_docs.npy", int(list_offsets[-1])))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(doc_of_token, minlength=options["documents"]))])
+        return cls(codec, list_offsets, list_docs, offsets, min(options["nprobe"], nlist))
+
+    def candidates(self, query_vectors, query_weights, neighbours):
+        scores = np.ascontiguousarray(query_vectors, dtype=np.float32) @ self.centroids.T  # [q, nlist]
+        probed = np.unique(np.argpartition(-scores, self.nprobe - 1, axis=1)[:, :self.nprobe])
+        docs = np.unique(np.concatenate([self.list_docs[self.list_offsets[c]:self.list_offsets[c + 1]]
+                                         for c in probed]))
+        if len(docs) <= neighbours:
+            return docs
+        # centroid approximation of every candidate: max over its tokens of q . centroid, weighted sum over q
+        starts, ends = self.offsets[docs], self.offsets[docs + 1]
+        lengths = ends - starts
+        rows = np.repeat(starts - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths) + np.arange(lengths.sum())
+        token_scores = scores[:, self.token_centroids[rows]]  # [q, candidate tokens]
+        best = np.maximum.reduceat(token_scores, np.cumsum(np.concatenate([[0], lengths[:-1]])), axis=1)
+        approx = np.asarray(query_weights, dtype=np.float32) @ best
+        return np.sort(docs[np.argpartition(-approx, neighbours - 1)[:neighbours]])
+
+
+CANDIDATES: dict[str, type[CandidateGenerator]] = {
+    c.name: c for c in (FlatCandidates, IvfPqCandidates, HnswCandidates, CentroidCandidates)}

@@ -1,0 +1,96 @@
+"""`make prebuilt`: build the catalogue's indexes from the shipped models, pack them, write the catalogue.
+
+For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as is) and each shipped model:
+  <prefix>.deepct-tiny        `pyserini-ext deepct index --model deepct` (true-length Lucene index: BM25, QL-JM
+                              and impact search)
+  <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-onnx --to-faiss` (Faiss flat)
+  <prefix>.aligner-tiny       `pyserini-ext aligner index --model aligner` (token index)
+plus `msmarco-dl19-subset.flat` (BM25, `python -m pyserini.index.lucene`), the passages behind that dataset's
+Faiss index (SciFact's are Pyserini's own `beir-v1.0.0-scifact.flat`).
+Tarballs go to `--output` (default dist/prebuilt); the catalogue (default resources/prebuilt_indexes.json)
+records md5, size, Lucene counts and the model (name, weights md5) of each. URLs are `--url-base/<file>` when
+given, else none: serve the tarballs and point `$PYSERINI_EXT_MIRROR` at them (a file:// URL works too).
+
+    python scripts/build_prebuilt.py [--datasets scifact] [--models deepct aggretriever] [--url-base URL]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pyserini_ext.data import load_dataset, write_json_collection
+from pyserini_ext.index.prebuilt import default_catalogue, pack_index
+
+PREFIXES = {"scifact": "beir-v1.0.0-scifact", "msmarco-dl19-subset": "msmarco-dl19-subset"}
+PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebuilt BM25 index of the passages
+MODELS = ("deepct", "aggretriever", "aligner")
+
+
+def run(command: list[str]) -> None:
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
+def build(model: str, collection: Path, out: Path, threads: int) -> Path:
+    """One index of the passages in the JsonCollection `collection` (title, text fields)."""
+    py = sys.executable
+    if model == "deepct":
+        run([py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", "deepct", "--corpus",
+             str(collection / "docs.jsonl"), "--output", str(out), "--overwrite"])
+    elif model == "aggretriever":
+        run([py, "-m", "pyserini.encode", "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title",
+             "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", "aggretriever-onnx",
+             "--fields", "title", "text", "--dimension", "768", "--max-length", "256", "--device", "cpu"])
+    elif model == "aligner":
+        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", "aligner", "--corpus", str(collection),
+             "--output", str(out), "--threads", str(threads), "--overwrite"])
+    else:  # flat: BM25 over the passages
+        run([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
+             "--index", str(out), "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
+             "--storePositions", "--storeDocvectors", "--storeRaw"])
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=list(PREFIXES), choices=list(PREFIXES))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--output", type=Path, default=Path("dist/prebuilt"))
+    parser.add_argument("--work", type=Path, default=Path("runs/prebuilt"))
+    parser.add_argument("--catalogue", type=Path, default=default_catalogue())
+    parser.add_argument("--url-base", default="", help="where the tarballs will be served")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-docs", type=int, help="first N passages only (a quick check of this script)")
+    args = parser.parse_args()
+
+    for dataset in args.datasets:
+        prefix, work = PREFIXES[dataset], args.work / dataset
+        collection = work / "collection"
+        corpus = load_dataset(dataset).corpus
+        if args.max_docs:
+            corpus = {d: corpus[d] for d in list(corpus)[:args.max_docs]}
+        write_json_collection(corpus, collection)
+        texts = PYSERINI_TEXTS.get(dataset)
+        jobs = [(model, f"{prefix}.{model}-tiny") for model in args.models]
+        if texts is None and "aggretriever" in args.models:
+            texts = f"{prefix}.flat"
+            jobs.insert(0, ("flat", texts))
+        for model, name in jobs:
+            index = work / name
+            if index.exists():
+                shutil.rmtree(index)
+            build(model, collection, index, args.threads)
+            filename = f"{name}.tar.gz"
+            record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
+                                if args.url_base else [], description=f"{dataset}: {model} index, shipped model",
+                                catalogue=args.catalogue, model=None if model == "flat" else model,
+                                texts=texts if model == "aggretriever" else None)
+            print(f"{name}: {record['size_bytes']} bytes, md5 {record['md5']} -> {args.catalogue}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""AligneR codecs and candidate generators on synthetic token vectors (no model): the interface's contracts."""
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index
+from pyserini_ext.index.aligner_codecs import CANDIDATES, CODECS, CentroidCandidates, ResidualPQStore
+
+
+@pytest.fixture(scope="module")
+def encoded():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 40, size=300)
+    vectors = rng.normal(size=(lengths.sum(), 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return EncodedCorpus([f"d{i}" for i in range(len(lengths))], np.concatenate([[0], np.cumsum(lengths)]),
+                         vectors.astype(np.float16), rng.normal(size=lengths.sum()).astype(np.float32),
+                         {"fingerprint": "x", "dim": 32})
+
+
+def test_registries_name_every_object():
+    assert set(CODECS) == {"float16", "residual-pq"}
+    assert set(CANDIDATES) == {"flat", "ivfpq", "hnsw", "centroid"}
+
+
+def test_centroid_ids_are_the_quantizer_assignments(encoded, tmp_path):
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
+                                          nlist=16, pq_m=8, train_size=2000, progress=False))
+    assert isinstance(index.codec, ResidualPQStore) and isinstance(index.candidates, CentroidCandidates)
+    decoded = index.codec.decode(np.arange(index.tokens))
+    _, assigned = faiss.extract_index_ivf(index.codec.ivfpq).quantizer.search(decoded, 1)
+    # the decoded vector is centroid + residual code: its nearest centroid is (almost always) its stored one
+    assert np.mean(assigned[:, 0] == index.codec.centroid_ids()) > 0.9
+    lists = index.candidates
+    for centroid in range(16):  # every (centroid, document) pair of the codes is in the inverted lists
+        docs = lists.list_docs[lists.list_offsets[centroid]:lists.list_offsets[centroid + 1]]
+        assert set(docs) == set(index.doc_of_token[index.codec.centroid_ids() == centroid])
+    # every file counts; the centroid lists replace a second index
+    assert index.metadata["bytes_per_token"] * index.tokens >= sum(p.stat().st_size for p in index.folder.iterdir())
+    assert not (index.folder / "candidates.faiss").exists()
+
+
+def test_centroid_candidates_find_the_documents_of_query_tokens(encoded, tmp_path):
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
+                                          nlist=16, pq_m=8, train_size=2000, progress=False), nprobe=2)
+    tokens = np.asarray(encoded.vectors[encoded.offsets[7]:encoded.offsets[7] + 3], dtype=np.float32)
+    everything = index.candidates.candidates(tokens, np.ones(3, dtype=np.float32), neighbours=10**6)
+    kept = index.candidates.candidates(tokens, np.ones(3, dtype=np.float32), neighbours=5)
+    # (random vectors and 16 centroids: the nearest centroid is in nearly every document, so the centroid scores
+    # tie and which 5 are kept is arbitrary here; the ranking quality is measured in bench/bench_aligner_search.py)
+    assert 7 in everything and len(kept) == 5 and set(kept) <= set(everything)
+
+
+def test_centroid_candidates_need_the_residual_codec(encoded, tmp_path):
+    with pytest.raises(ValueError, match="residual-pq"):
+        build_index(encoded, tmp_path / "i", candidates="centroid", progress=False)

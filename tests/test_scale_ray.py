@@ -1,0 +1,83 @@
+"""Encoding on a local 2-worker Ray cluster (two nodes, one CPU each, started here) builds the same indexes as one
+process: Aggretriever's Pyserini Faiss index, a DeepCT Lucene index, an AligneR token index."""
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
+from pyserini_ext.index.aligner import AlignerIndex, build_index, encode_corpus
+from pyserini_ext.index.deepct import build_deepct_index
+from pyserini_ext.index.scale import encode_on_ray
+from pyserini_ext.models.aggretriever import from_masked_lm
+from pyserini_ext.models.aligner import AlignerModel
+from pyserini_ext.models.deepct import DeepCTModel
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    local.add_node(num_cpus=1)
+    ray.init(address=local.address, log_to_driver=False)
+    yield local
+    ray.shutdown()
+    local.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(scifact):
+    return dict(list(scifact.corpus.items())[:24])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, splade_tiny_dir):
+    root = tmp_path_factory.mktemp("models")
+    torch.manual_seed(5)
+    agg = from_masked_lm(splade_tiny_dir, constant_term_weight=1.0, zero_cls=True).save_pretrained(
+        root / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
+    deepct = DeepCTModel.from_pretrained(splade_tiny_dir).save_pretrained(root / "deepct")
+    aligner = AlignerModel.from_backbone(splade_tiny_dir).save_pretrained(root / "aligner")
+    return agg, deepct, aligner
+
+
+def test_two_ray_workers_build_the_single_process_indexes(cluster, corpus, models, tmp_path):
+    agg_dir, deepct_dir, aligner_dir = models
+    assert ray.cluster_resources()["CPU"] == 2 and len(ray.nodes()) == 2
+
+    # Aggretriever: Pyserini's Faiss index (docid + index files)
+    out = encode_on_ray("aggretriever", agg_dir, corpus, tmp_path / "agg", workers=2, options={"max_length": 128})
+    encoder = AggretrieverDocumentEncoder(str(agg_dir))
+    docs = list(corpus.values())
+    expected = encoder.encode([d["text"] for d in docs], titles=[d["title"] for d in docs], max_length=128)
+    index = faiss.read_index(str(out / "index"))
+    assert (out / "docid").read_text().split() == list(corpus)
+    assert np.abs(index.reconstruct_n(0, index.ntotal) - expected).max() < 1e-5
+
+    # DeepCT: the same term frequencies in the Lucene index as build_deepct_index in one process
+    from pyserini.index.lucene import LuceneIndexReader
+
+    ray_index = encode_on_ray("deepct", deepct_dir, corpus, tmp_path / "deepct", workers=2)
+    single = tmp_path / "deepct-single"
+    build_deepct_index(DeepCTModel.from_pretrained(deepct_dir), corpus, single, model_name=str(deepct_dir))
+    ray_reader, single_reader = LuceneIndexReader(str(ray_index)), LuceneIndexReader(str(single))
+    for docid in corpus:
+        assert ray_reader.get_document_vector(docid) == single_reader.get_document_vector(docid)
+    assert ray_reader.stats() == single_reader.stats()
+
+    # AligneR: same tokens and offsets; vectors equal up to float16 rounding of batch-dependent float32 noise
+    ray_folder = encode_on_ray("aligner", aligner_dir, corpus, tmp_path / "aligner", workers=2)
+    model = AlignerModel.from_pretrained(aligner_dir)
+    single_folder = build_index(encode_corpus(model, corpus, progress=False), tmp_path / "aligner-single",
+                                progress=False)
+    ray_aligner, single_aligner = AlignerIndex.open(ray_folder), AlignerIndex.open(single_folder)
+    assert ray_aligner.docids == single_aligner.docids == list(corpus)
+    assert np.array_equal(ray_aligner.offsets, single_aligner.offsets)
+    rows = np.arange(ray_aligner.tokens)
+    assert np.abs(ray_aligner.codec.decode(rows) - single_aligner.codec.decode(rows)).max() <= 2e-3
