@@ -1,6 +1,6 @@
 """DeepCT evaluation table (docs/deepct.md): SciFact test and the DL19 MS MARCO subset.
 
-    python scripts/eval_deepct.py --model resources/models/deepct-scifact-splade-tiny --work runs/deepct/eval
+    python scripts/eval_deepct.py --model resources/models/deepct-splade-tiny --work runs/deepct/eval
 
 Rows: BM25 on the plain index; DeepCT-Index + BM25; DeepCT-Index + QL-JM; DeepCT-Query (weighted BoW) on the
 plain index and on the DeepCT index; an untrained DeepCT-Index + BM25 for reference (SciFact only).

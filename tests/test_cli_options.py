@@ -12,7 +12,7 @@ from pyserini_ext.cli.__main__ import GROUPS
 from pyserini_ext.cli.__main__ import main as cli
 from pyserini_ext.cli.options import Command, cap_max_length, command_group, option
 
-DEEPCT_MODEL = "resources/models/deepct-scifact-splade-tiny"
+DEEPCT_MODEL = "resources/models/deepct-splade-tiny"
 
 
 def usage_error(argv: list[str], capsys) -> str:

@@ -12,7 +12,7 @@ from pyserini_ext.index.deepct import write_term_frequency_index
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.models.deepct_terms import merge_word_weights, word_term_frequencies
 
-MODEL = Path(__file__).resolve().parents[1] / "resources" / "models" / "deepct-scifact-splade-tiny"
+MODEL = Path(__file__).resolve().parents[1] / "resources" / "models" / "deepct-splade-tiny"
 
 
 def test_impact_cli_resolves_a_deepct_folder(scifact, tmp_path):

@@ -19,8 +19,8 @@ from pyserini_ext.cli.__main__ import main as cli
 from pyserini_ext.data.text import sanitize
 
 REPO = Path(__file__).resolve().parents[1]
-DEEPCT_MODEL = REPO / "resources" / "models" / "deepct-scifact-splade-tiny"
-ALIGNER_MODEL = REPO / "resources" / "models" / "aligner-scifact-splade-tiny"
+DEEPCT_MODEL = REPO / "resources" / "models" / "deepct-splade-tiny"
+ALIGNER_MODEL = REPO / "resources" / "models" / "aligner-splade-tiny"
 SEED = 20261130
 
 

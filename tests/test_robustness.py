@@ -29,8 +29,8 @@ from pyserini_ext.models.folder import identify, open_model_folder
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "resources" / "models"
-DEEPCT_MODEL = MODELS / "deepct-scifact-splade-tiny"
-ALIGNER_MODEL = MODELS / "aligner-scifact-splade-tiny"
+DEEPCT_MODEL = MODELS / "deepct-splade-tiny"
+ALIGNER_MODEL = MODELS / "aligner-splade-tiny"
 DOCS = [("d1", "Insulin", "insulin resistance in mice"), ("d2", "Bone", "vitamin D and bone density"),
         ("d3", "", "protein folding in cells"), ("d4", "Genes", "gene expression of the liver")]
 
