@@ -145,7 +145,9 @@ def resolve_model(name_or_path, family: str | None = None) -> str:
     name = str(name_or_path)
     found = model_family(name)
     if family is not None and found is not None and found != family:
-        raise ModelNameError(f"{name!r} is a {found} model; the {family} encoder cannot load it")
+        if name in ENCODERS:
+            raise ModelNameError(f"{name!r} is a {found} model; the {family} encoder cannot load it")
+        raise ModelNameError(f"{name}: expected a {family} model, found the {found} model folder")
     if name not in ENCODERS:
         return name
     defaults = default_models()

@@ -9,6 +9,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# the one error line of a refused input: ours (`pyserini-ext: error:`) or argparse's (`pyserini-ext GROUP CMD: error:`)
+ERROR_LINE = re.compile(r"^pyserini-ext( [\w-]+)*: error:")
+
 WORDS = ("insulin resistance mice bone density vitamin protein folding gene expression liver cell tumour "
          "growth the of and in a to is über café naïve 中文 ☃ 🙂 covid-19 p53 T-cells 2.5mg").split()
 # id defects: (how the id is written in JSON, the text the error must contain)
@@ -136,7 +139,6 @@ def write_lines(path: Path, lines: list[str], rng: random.Random) -> Path:
 class Options:
     argv: list[str]
     error_text: str = ""  # non-empty: the options are invalid and the error must say this
-    late_error_text: str = ""  # an invalid option only checked after the topics are read
 
 
 def lucene_options(rng: random.Random, invalid_rate: float = 0.3) -> Options:
@@ -144,24 +146,37 @@ def lucene_options(rng: random.Random, invalid_rate: float = 0.3) -> Options:
     def pick(valid: list, invalid: list):
         return rng.choice(invalid) if rng.random() < invalid_rate else rng.choice(valid)
 
+    # range checks made while parsing (pyserini_ext.cli.options) come first, in command-line order; the
+    # checks of the searcher and the topics come after
+    parse_errors = []
     hits = pick([1, 2, 5, 10, 1000], [0, -1])
-    options = Options(["--hits", str(hits)], late_error_text="" if hits >= 1 else "hits must be >= 1")
+    options = Options(["--hits", str(hits)])
+    if hits < 1:
+        parse_errors.append("argument --hits: must be >= 1")
     model = rng.choice(["bm25", "qld", "qljm"])
     if model == "bm25":
         k1, b = pick([0.0, 0.9, 10.0], [-1.0]), pick([0.0, 0.4, 1.0], [1.5, -0.1])
         options.argv += ["--bm25", "--k1", str(k1), "--b", str(b)]
-        if k1 < 0 or not 0 <= b <= 1:
-            options.error_text = "BM25 needs k1 >= 0 and 0 <= b <= 1"
+        if k1 < 0:
+            parse_errors.append("argument --k1: must be >= 0.0")
+        if not 0 <= b <= 1:
+            parse_errors.append("argument --b: must be")
     elif model == "qld":
         mu = pick([1.0, 1000.0, 2500.0], [0.0, -5.0])
         options.argv += ["--qld", "--mu", str(mu)]
-        if mu <= 0:
+        if mu < 0:
+            parse_errors.append("argument --mu: must be >= 0.0")
+        elif mu == 0:
             options.error_text = "Dirichlet mu must be > 0"
     else:
         lam = pick([0.1, 0.7, 1.0], [0.0, 1.5, -0.2])
         options.argv += ["--qljm", "--lambda", str(lam)]
-        if not 0 < lam <= 1:
-            options.error_text = "Jelinek-Mercer lambda must be in (0, 1]"
+        if lam > 1:
+            parse_errors.append("argument --lambda: must be <= 1.0")
+        elif lam <= 0:
+            parse_errors.append("--lambda must be in (0, 1]")
+    if parse_errors:
+        options.error_text = parse_errors[0]
     return options
 
 

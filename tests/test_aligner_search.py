@@ -145,7 +145,10 @@ def test_hybrid_searcher_and_pyserini_encoders(model, sample, exact_index, tmp_p
     fused = hybrid.batch_search([queries[q] for q in qids], qids, k0=20, k=10)
     assert all(len(fused[q]) == 10 and all(h.docid in corpus for h in fused[q]) for q in qids)
 
-    documents = document_encoder_class_map["aligner"](model_name=str(folder), device="cuda:0")  # falls back to CPU
+    if not torch.cuda.is_available():  # an explicit CUDA device without CUDA is an error, never a silent CPU run
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            document_encoder_class_map["aligner"](model_name=str(folder), device="cuda:0")
+    documents = document_encoder_class_map["aligner"](model_name=str(folder), device="cpu")
     pooled = documents.encode(texts=["a cell", "gene therapy"], titles=["", "x"], max_length=64)
     assert pooled.shape == (2, 128) and np.allclose(np.linalg.norm(pooled, axis=1), 1, atol=1e-5)
     query_vector = query_encoder_class_map["aligner"](encoder_dir=str(folder), device="cpu").encode("gene therapy")
@@ -204,7 +207,8 @@ def test_long_documents_are_truncated_and_counted(model, tmp_path):
     (lambda f: (f / "vectors.npy").write_bytes((f / "vectors.npy").read_bytes()[:1000]), "vectors.npy"),
     (lambda f: (f / "docids.txt").write_text("only-one\n"), "docids"),
     (lambda f: (f / "codes.npy").unlink(), "missing codes.npy"),
-    (lambda f: (f / "candidates.faiss").write_bytes(b"garbage"), "corrupt Faiss index"),
+    (lambda f: next(p for p in (f / "candidates.faiss", f / "codec.faiss") if p.exists()).write_bytes(b"garbage"),
+     "corrupt Faiss index"),
 ])
 def test_corrupt_or_missing_index_files(exact_index, compressed_index, tmp_path, damage, message):
     source = compressed_index if message in ("missing codes.npy", "corrupt Faiss index") else exact_index

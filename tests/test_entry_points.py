@@ -79,8 +79,10 @@ def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     assert isinstance(document_encoder(aligner), AlignerDocumentEncoder)
     assert isinstance(document_encoder(neutral), AggretrieverDocumentEncoder)
     assert isinstance(document_encoder("deepct"), DeepCTDocumentEncoder)
-    # the keyword `aggretriever` matches first, but the bare name `aggretriever-onnx` names its own class
-    assert type(document_encoder("aggretriever-onnx")).__name__ == "AggretrieverOnnxDocumentEncoder"
+    # the keyword `aggretriever` matches first, but the bare name `aggretriever-onnx` names its own entry: the
+    # Aggretriever encoder on the ONNX Runtime backend
+    onnx_encoder = document_encoder("aggretriever-onnx")
+    assert isinstance(onnx_encoder, AggretrieverDocumentEncoder) and onnx_encoder._encoder.runtime.backend == "onnx"
     query = init_query_encoder(str(neutral), None, None, None, None, "cpu", 32, "cls", False, None)
     assert isinstance(query, AggretrieverQueryEncoder)
     assert isinstance(LuceneImpactSearcher._init_query_encoder_from_str("deepct"), DeepCTQueryEncoder)

@@ -29,7 +29,7 @@ def texts(scifact):
 @pytest.fixture(scope="module")
 def deepct_dir(tmp_path_factory, splade_tiny_dir):
     torch.manual_seed(3)
-    model = DeepCTModel.from_pretrained(splade_tiny_dir)
+    model = DeepCTModel.from_backbone(splade_tiny_dir)
     torch.nn.init.normal_(model.encoder.classifier.weight, std=0.5)
     return model.save_pretrained(tmp_path_factory.mktemp("deepct") / "model")
 

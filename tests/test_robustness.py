@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fuzz_cases import ERROR_LINE
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForTokenClassification
 
 from pyserini_ext import registry
@@ -43,14 +44,17 @@ def write_corpus(path: Path, records: list[dict] | None = None, raw_lines: list[
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
-    code = cli(argv)
+    try:
+        code = cli(argv)
+    except SystemExit as usage_error:  # an option refused while parsing: argparse's usage error, exit 2
+        code = usage_error.code
     return code, capsys.readouterr().err
 
 
 def assert_one_line_error(code: int, err: str, *needles: str) -> None:
     assert code == 2, err
     assert "Traceback" not in err
-    errors = [line for line in err.splitlines() if line.startswith("pyserini-ext: error:")]
+    errors = [line for line in err.splitlines() if ERROR_LINE.match(line)]
     assert len(errors) == 1, err
     for needle in needles:
         assert needle in errors[0], errors[0]
@@ -309,7 +313,7 @@ def test_queries_beyond_the_clause_limit_are_cut_not_fatal(tmp_path, capsys, cap
     assert [(q, d) for q, _, d, *_ in lines] == [("short", "d1")]  # "insulin" lies beyond the long query's cut
     code, err = run_cli(["lucene", "search", "--index", str(deepct_index), "--topics", str(topics), "--output",
                          str(tmp_path / "run0.txt"), "--hits", "0"], capsys)
-    assert_one_line_error(code, err, "hits must be >= 1")
+    assert_one_line_error(code, err, "argument --hits: must be >= 1, got 0")
 
 
 def test_batch_size_below_one_is_an_error_not_an_empty_index(tmp_path, capsys):
@@ -318,7 +322,7 @@ def test_batch_size_below_one_is_an_error_not_an_empty_index(tmp_path, capsys):
         out = tmp_path / f"{group}-index"
         code, err = run_cli([group, "index", "--model", str(model), "--corpus", str(corpus), "--output", str(out),
                              "--batch-size", "-1"], capsys)
-        assert_one_line_error(code, err, "batch size must be >= 1, got -1")
+        assert_one_line_error(code, err, "argument --batch-size: must be >= 1, got -1")
         assert no_leftovers(out)
 
 

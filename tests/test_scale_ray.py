@@ -42,7 +42,7 @@ def models(tmp_path_factory, splade_tiny_dir):
     torch.manual_seed(5)
     agg = from_masked_lm(splade_tiny_dir, constant_term_weight=1.0, zero_cls=True).save_pretrained(
         root / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
-    deepct = DeepCTModel.from_pretrained(splade_tiny_dir).save_pretrained(root / "deepct")
+    deepct = DeepCTModel.from_backbone(splade_tiny_dir).save_pretrained(root / "deepct")
     aligner = AlignerModel.from_backbone(splade_tiny_dir).save_pretrained(root / "aligner")
     return agg, deepct, aligner
 
