@@ -123,7 +123,7 @@ def deepct_loss(model: DeepCTModel, batch: dict[str, torch.Tensor]) -> torch.Ten
 def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
                  qrels: Mapping[str, Mapping[str, int]], out_dir: str | os.PathLike | None = None,
                  config: TrainConfig | None = None, batch_size: int = 16, max_length: int = 128,
-                 distillation=None, checkpoint_dir: str | os.PathLike | None = None,
+                 distillation=None, min_mass: float = 0.5, checkpoint_dir: str | os.PathLike | None = None,
                  **card) -> tuple[DeepCTModel, list[float]]:
     """Train DeepCT from a backbone (or DeepCT) folder; saves the model and training_log.json when `out_dir`.
 
@@ -135,7 +135,7 @@ def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str
     set_seed(config.seed)  # the regression head is initialised at load time
     model = DeepCTModel.from_backbone(model_path, max_length=max_length)
     if distillation is not None:
-        examples = teacher_recall_examples(model.tokenizer, distillation, max_length)
+        examples = teacher_recall_examples(model.tokenizer, distillation, max_length, min_mass=min_mass)
     else:
         examples = make_examples(model.tokenizer, corpus, queries, qrels, max_length)
     steps_per_epoch = (len(examples) + batch_size - 1) // batch_size

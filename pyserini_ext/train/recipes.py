@@ -37,9 +37,9 @@ class Recipe:
 
 
 RECIPES = {
-    "deepct": Recipe("splade-tiny", TrainConfig(learning_rate=1e-4, epochs=2)),
-    "aggretriever": Recipe("splade-tiny", TrainConfig(learning_rate=2e-5, max_steps=450, warmup_ratio=0.05),
-                           DistillTrainConfig(batch_size=8, group_size=4, head_learning_rate=1e-3)),
+    "deepct": Recipe("splade-tiny", TrainConfig(learning_rate=1e-4, epochs=6)),
+    "aggretriever": Recipe("splade-tiny", TrainConfig(learning_rate=2e-5, max_steps=360, warmup_ratio=0.05),
+                           DistillTrainConfig(batch_size=8, group_size=3, head_learning_rate=1e-3)),
     "aligner": Recipe("splade-tiny", TrainConfig(learning_rate=5e-5, max_steps=1500, warmup_ratio=0.05),
                       DistillTrainConfig(batch_size=16, group_size=4, head_learning_rate=1e-3)),
 }

@@ -1,0 +1,63 @@
+"""Aggretriever ablation on one trained model: concat vs its [CLS] part vs its agg* part, and the untrained
+lexical-only model, scored on the same passages.
+
+    python scripts/aggretriever_ablation.py --model resources/models/aggretriever-splade-tiny \
+        --index runs/report/full/scifact/<aggretriever faiss index> --dataset scifact --split test
+
+The passages' vectors are read back from the Pyserini Faiss index that `make report` built with the unchanged
+`python -m pyserini.encode` (no re-encoding); queries are encoded with our query encoder. The parts are the
+first `cls_dim` dimensions ([CLS] projection) and the rest (agg*): the model was trained with a loss on each part,
+so each is a retriever on its own. nDCG@10 / R@100 with Pyserini's trec_eval.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from pyserini_ext.data import load_dataset, write_trec_qrels
+from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+from pyserini_ext.evaluation import trec_eval, write_trec_run
+from pyserini_ext.models.aggretriever import Aggretriever
+
+
+def search(queries: np.ndarray, passages: np.ndarray, qids: list[str], docids: list[str], k: int = 100) -> dict:
+    index = faiss.IndexFlatIP(passages.shape[1])
+    index.add(np.ascontiguousarray(passages))
+    scores, rows = index.search(np.ascontiguousarray(queries), k)
+    return {q: [(docids[j], float(s)) for j, s in zip(rows[i], scores[i]) if j >= 0] for i, q in enumerate(qids)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--index", required=True, help="Pyserini Faiss index folder (index + docid)")
+    parser.add_argument("--dataset", default="scifact")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--recall-level", type=int)
+    args = parser.parse_args()
+    dataset = load_dataset(args.dataset)
+    topics = dataset.split_queries(args.split)
+    qids = list(topics)
+    index = faiss.read_index(str(Path(args.index) / "index"))
+    passages = index.reconstruct_n(0, index.ntotal)
+    docids = (Path(args.index) / "docid").read_text().split("\n")[:index.ntotal]
+    cls_dim = Aggretriever.from_pretrained(args.model).config.cls_dim
+    encoder = AggretrieverQueryEncoder(args.model)
+    queries = np.stack([encoder.encode(topics[q]) for q in qids]).astype(np.float32)
+    parts = {"concat": slice(None), "[CLS] part": slice(0, cls_dim), "agg* part": slice(cls_dim, None)}
+    with tempfile.TemporaryDirectory() as tmp:
+        qrels = write_trec_qrels(dataset.qrels(args.split), Path(tmp) / "qrels.txt")
+        print(f"{'vectors':<14} nDCG@10   R@100")
+        for name, part in parts.items():
+            run = write_trec_run(search(queries[:, part], passages[:, part], qids, docids), Path(tmp) / "run.txt")
+            ndcg = trec_eval(qrels, run, metrics=("ndcg_cut_10",))["ndcg_cut_10"]
+            recall = trec_eval(qrels, run, metrics=("recall_100",), relevance_level=args.recall_level)["recall_100"]
+            print(f"{name:<14} {ndcg:.4f}   {recall:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
