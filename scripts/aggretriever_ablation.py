@@ -7,20 +7,19 @@ lexical-only model, scored on the same passages.
 The passages' vectors are read back from the Pyserini Faiss index that `make report` built with the unchanged
 `python -m pyserini.encode` (no re-encoding); queries are encoded with our query encoder. The parts are the
 first `cls_dim` dimensions ([CLS] projection) and the rest (agg*): the model was trained with a loss on each part,
-so each is a retriever on its own. nDCG@10 / R@100 with Pyserini's trec_eval.
+so each is a retriever on its own. nDCG@10 / R@100 with `pyserini_ext.evaluation.evaluate` (trec_eval -c values).
 """
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-from pyserini_ext.data import load_dataset, write_trec_qrels
+from pyserini_ext.data import load_dataset
 from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
-from pyserini_ext.evaluation import trec_eval, write_trec_run
+from pyserini_ext.evaluation import evaluate
 from pyserini_ext.models.aggretriever import Aggretriever
 
 
@@ -49,14 +48,12 @@ def main() -> None:
     encoder = AggretrieverQueryEncoder(args.model)
     queries = np.stack([encoder.encode(topics[q]) for q in qids]).astype(np.float32)
     parts = {"concat": slice(None), "[CLS] part": slice(0, cls_dim), "agg* part": slice(cls_dim, None)}
-    with tempfile.TemporaryDirectory() as tmp:
-        qrels = write_trec_qrels(dataset.qrels(args.split), Path(tmp) / "qrels.txt")
-        print(f"{'vectors':<14} nDCG@10   R@100")
-        for name, part in parts.items():
-            run = write_trec_run(search(queries[:, part], passages[:, part], qids, docids), Path(tmp) / "run.txt")
-            ndcg = trec_eval(qrels, run, metrics=("ndcg_cut_10",))["ndcg_cut_10"]
-            recall = trec_eval(qrels, run, metrics=("recall_100",), relevance_level=args.recall_level)["recall_100"]
-            print(f"{name:<14} {ndcg:.4f}   {recall:.4f}", flush=True)
+    qrels = dataset.qrels(args.split)
+    print(f"{'vectors':<14} nDCG@10   R@100")
+    for name, part in parts.items():
+        run = search(queries[:, part], passages[:, part], qids, docids)
+        scores = evaluate(qrels, run, metrics=("ndcg_cut_10", "recall_100"), recall_level=args.recall_level)
+        print(f"{name:<14} {scores['ndcg_cut_10']:.4f}   {scores['recall_100']:.4f}", flush=True)
 
 
 if __name__ == "__main__":
