@@ -465,3 +465,23 @@ def test_errors_are_one_line_with_exit_code_2_and_tracebacks_on_request(tmp_path
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "InputError" in debug.stderr
     env_debug = subprocess.run(argv, capture_output=True, text=True, env={**env, "PYSERINI_EXT_DEBUG": "1"})
     assert "Traceback" in env_debug.stderr
+
+
+def test_existing_runs_and_exports_are_refused_without_overwrite(tmp_path, capsys, deepct_index):
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("q1\tinsulin resistance\n")
+    run = tmp_path / "run.txt"
+    run.write_text("an earlier run\n")
+    search = ["lucene", "search", "--index", str(deepct_index), "--topics", str(topics), "--output", str(run)]
+    code, err = run_cli(search, capsys)
+    assert_one_line_error(code, err, "run.txt exists; pass --overwrite to replace it")
+    assert run.read_text() == "an earlier run\n"
+    code, err = run_cli(search + ["--overwrite"], capsys)
+    assert code == 0, err
+    assert run.read_text().split()[:3] == ["q1", "Q0", "d1"]
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "notes.txt").write_text("keep me")
+    code, err = run_cli(["data", "export", "cranfield", "--output", str(export), "--overwrite"], capsys)
+    assert_one_line_error(code, err, "not an output of pyserini-ext")
+    assert (export / "notes.txt").read_text() == "keep me"

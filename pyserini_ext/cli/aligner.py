@@ -17,7 +17,7 @@ from pyserini_ext.cli.options import (
     command_group,
     option,
 )
-from pyserini_ext.data import load_dataset, read_corpus, read_topics
+from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.aligner import AlignerConfig
 from pyserini_ext.registry import resolve_model
@@ -82,6 +82,7 @@ class AlignerSearchOptions(SearchOptions):
 @dataclass(kw_only=True)
 class AlignerRunOptions(AlignerSearchOptions):
     output: str = option(help="TREC run file to write")
+    overwrite: bool = option(False, help="replace an existing run file")
     topics: str | None = option(None, help="Pyserini TSV topics (qid<TAB>query)")
     dataset: str | None = option(None, help="BEIR dataset name or folder (queries of --split)")
     split: str = option("test", help="qrels split whose queries are searched")
@@ -171,6 +172,7 @@ def search(options: AlignerRunOptions) -> int:
     import time
 
     from pyserini_ext.evaluation import write_trec_run
+    check_output(options.output, options.overwrite)  # before the search work
     _threads(options.threads)
     if options.topics:
         queries = read_topics(options.topics)

@@ -13,13 +13,15 @@ class ExportOptions:
     output: str = option(help="folder for collection/docs.jsonl, topics.<split>.tsv, qrels.<split>.txt")
     split: list[str] | None = option(None, help="qrels split(s) to export (repeat; default: all)", repeat=True)
     no_download: bool = option(False, help="fail rather than download a missing dataset")
+    overwrite: bool = option(False, help="write into an existing export folder")
 
 
 def export(options: ExportOptions) -> None:
-    from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
+    from pyserini_ext.data import check_output, load_dataset, write_json_collection, write_topics, write_trec_qrels
 
-    dataset = load_dataset(options.dataset, download=not options.no_download)
     out = Path(options.output)
+    check_output(out, options.overwrite, owned=lambda folder: (folder / "collection").is_dir())
+    dataset = load_dataset(options.dataset, download=not options.no_download)
     # read (and check) everything before writing anything: a bad line leaves no partial export
     corpus = dataset.corpus
     splits = {split: (dataset.split_queries(split), dataset.qrels(split))

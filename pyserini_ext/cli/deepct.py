@@ -22,7 +22,7 @@ from pyserini_ext.cli.options import (
     command_group,
     option,
 )
-from pyserini_ext.data import load_dataset, read_corpus, read_topics
+from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.deepct_terms import STEMMERS, TF_MODES, AnalyzerSettings
 from pyserini_ext.registry import resolve_model
@@ -88,6 +88,7 @@ def index(options: DeepCTIndexOptions) -> None:
 
 
 def search(options: DeepCTSearchOptions) -> None:
+    check_output(options.output, options.overwrite)  # before the search work
     searcher = make_searcher(options)
     query_weights, tag = None, searcher.model
     if options.query_model:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyserini_ext.cli.options import Command, SearchOptions, command_group, option
-from pyserini_ext.data import read_topics
+from pyserini_ext.data import check_output, read_topics
 from pyserini_ext.models.deepct_terms import STEMMERS, AnalyzerSettings
 
 
@@ -16,6 +16,7 @@ from pyserini_ext.models.deepct_terms import STEMMERS, AnalyzerSettings
 class LuceneSearchOptions(SearchOptions):
     topics: str = option(help="TSV topics: qid<TAB>query")
     output: str = option(help="TREC run file to write")
+    overwrite: bool = option(False, help="replace an existing run file")
     bm25: bool = option(False, help="BM25 (the default model)")
     qld: bool = option(False, help="query likelihood, Dirichlet smoothing")
     qljm: bool = option(False, help="query likelihood, Jelinek-Mercer smoothing")
@@ -58,6 +59,7 @@ def write_run(run, output: str, tag: str) -> None:
 
 
 def search(options: LuceneSearchOptions) -> None:
+    check_output(options.output, options.overwrite)  # before the search work
     searcher = make_searcher(options)
     run = searcher.search_topics(read_topics(options.topics), k=options.hits, threads=options.threads)
     write_run(run, options.output, searcher.model)

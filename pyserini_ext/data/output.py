@@ -47,6 +47,20 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def check_output(path: str | os.PathLike, overwrite: bool = False,
+                 owned: Callable[[Path], bool] | None = None) -> None:
+    """The rules of `atomic_output` for an existing `path`, checked on their own: commands call it before their
+    expensive work, so a refused output costs nothing."""
+    path = Path(path)
+    empty_folder = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    if (path.exists() or path.is_symlink()) and not empty_folder:
+        if not overwrite:
+            raise OutputExistsError(f"{path} exists; pass --overwrite to replace it")
+        if path.is_dir() and (owned is None or not owned(path)):
+            raise OutputExistsError(f"{path} exists and is not an output of pyserini-ext; refusing to replace it "
+                                    "even with --overwrite (delete it yourself, or choose another path)")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, overwrite: bool = False,
                   owned: Callable[[Path], bool] | None = None) -> Iterator[Path]:
@@ -58,13 +72,8 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False,
     On an exception, Ctrl-C or SIGTERM the temporary is removed and `path` is left as it was.
     """
     path = Path(path)
+    check_output(path, overwrite, owned)
     empty_folder = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
-    if (path.exists() or path.is_symlink()) and not empty_folder:
-        if not overwrite:
-            raise OutputExistsError(f"{path} exists; pass --overwrite to replace it")
-        if path.is_dir() and (owned is None or not owned(path)):
-            raise OutputExistsError(f"{path} exists and is not an output of pyserini-ext; refusing to replace it "
-                                    "even with --overwrite (delete it yourself, or choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     _remove(tmp)
