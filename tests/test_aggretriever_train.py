@@ -13,10 +13,12 @@ from transformers import AutoTokenizer
 from pyserini_ext.data import DatasetError, document_text
 from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, from_masked_lm
 from pyserini_ext.train.aggretriever import (
+    AggretrieverModelConfig,
     aggretriever_loss,
     train_aggretriever,
     training_queries,
 )
+from pyserini_ext.train.data import LabelledData
 from pyserini_ext.train.loop import TrainConfig
 
 
@@ -85,9 +87,14 @@ def test_bad_training_data_gives_clear_errors(scifact, tmp_path):
     with pytest.raises(ValueError, match="zero training pairs"):
         training_queries({"d1": {"title": "", "text": "x"}}, {"q1": "query"}, {"q1": {"d2": 1}})
     with pytest.raises(ValueError, match="batch_size >= 2"):
-        train_aggretriever("splade-tiny", scifact, tmp_path, batch_size=1)
+        train_aggretriever(AggretrieverModelConfig("splade-tiny"), LabelledData.from_dataset(scifact),
+                           TrainConfig(batch_size=1), tmp_path)
     with pytest.raises(DatasetError, match="no qrels for split 'dev'"):
-        train_aggretriever("splade-tiny", scifact, tmp_path, split="dev")
+        LabelledData.from_dataset(scifact, split="dev")
+    with pytest.raises(ValueError, match="negatives must be one of"):
+        LabelledData.from_dataset(scifact, negatives="hard")
+    with pytest.raises(ValueError, match="heads must be one of"):
+        AggretrieverModelConfig("splade-tiny", heads="zero")
 
 
 def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int) -> torch.Tensor:
@@ -128,11 +135,12 @@ def judged_vs_random_mrr(model: Aggretriever, tokenizer, scifact, queries: int =
 @pytest.fixture(scope="module")
 def trained(splade_tiny_dir, scifact, tmp_path_factory):
     """30 steps of 8 queries on SciFact train (about 20 s here), and the untrained model they started from."""
-    config = TrainConfig(learning_rate=3e-4, max_steps=30, seed=42)
+    config = TrainConfig(learning_rate=3e-4, max_steps=30, seed=42, batch_size=8)
     torch.manual_seed(config.seed)  # the same new heads as train_aggretriever draws
     untrained = from_masked_lm(splade_tiny_dir)
     out = tmp_path_factory.mktemp("aggretriever-train") / "model"
-    model, losses = train_aggretriever("splade-tiny", scifact, out, config, batch_size=8, passage_max_length=64)
+    model, losses = train_aggretriever(AggretrieverModelConfig("splade-tiny", passage_max_length=64),
+                                       LabelledData.from_dataset(scifact), config, out)
     return untrained, model, losses, out
 
 
@@ -148,7 +156,7 @@ def test_short_training_lowers_the_loss_and_saves(trained, splade_tiny_dir, scif
     reloaded = Aggretriever.from_pretrained(out)
     assert fixed_batch_loss(reloaded, tokenizer, scifact) == pytest.approx(after, rel=1e-5)
     log = json.loads((out / "training_log.json").read_text())
-    assert log["losses"] == losses and log["batch_size"] == 8 and log["config"]["max_steps"] == 30
+    assert log["losses"] == losses and log["config"]["batch_size"] == 8 and log["config"]["max_steps"] == 30
 
 
 def test_short_training_ranks_judged_documents_higher(trained, splade_tiny_dir, scifact):
@@ -165,8 +173,8 @@ def test_short_training_ranks_judged_documents_higher(trained, splade_tiny_dir, 
 @pytest.mark.slow
 def test_one_epoch_beats_the_demo_model(splade_tiny_dir, scifact, tmp_path):
     """One epoch on SciFact train (101 steps of 8, about 2 min here) against the untrained lexical-only model."""
-    model, _ = train_aggretriever("splade-tiny", scifact, tmp_path / "model", TrainConfig(learning_rate=3e-4),
-                                  batch_size=8)
+    model, _ = train_aggretriever(AggretrieverModelConfig("splade-tiny"), LabelledData.from_dataset(scifact),
+                                  TrainConfig(learning_rate=3e-4, batch_size=8), tmp_path / "model")
     demo = from_masked_lm(splade_tiny_dir, constant_term_weight=1.0, zero_cls=True)
     tokenizer = AutoTokenizer.from_pretrained(splade_tiny_dir)
     demo_mrr, trained_mrr = (judged_vs_random_mrr(m, tokenizer, scifact, queries=100, passage_max_length=128)
@@ -174,13 +182,15 @@ def test_one_epoch_beats_the_demo_model(splade_tiny_dir, scifact, tmp_path):
     print(f"judged vs 9 random, MRR on 100 SciFact test queries: demo {demo_mrr:.3f}, one epoch {trained_mrr:.3f}")
     assert trained_mrr > demo_mrr
 
+
 def test_train_command(tmp_path, capsys):
     from pyserini_ext.cli.aggretriever import main
 
     out = tmp_path / "model"
     assert main(["train", "--model", "splade-tiny", "--dataset", "scifact", "--output", str(out), "--max-steps", "2",
-                 "--batch-size", "2", "--passage-max-length", "32", "--no-hard-negatives"]) == 0
+                 "--batch-size", "2", "--passage-max-length", "32", "--negatives", "none"]) == 0
     assert "(2 steps)" in capsys.readouterr().out
     log = json.loads((out / "training_log.json").read_text())
-    assert log["hard_negatives"] is False and log["passage_max_length"] == 32 and len(log["losses"]) == 2
+    assert log["negatives"] == "none" and log["data"] == "scifact/train" and log["passage_max_length"] == 32
+    assert len(log["losses"]) == 2 and log["config"]["batch_size"] == 2
     assert Aggretriever.from_pretrained(out).dim == 768

@@ -15,7 +15,8 @@ from pyserini_ext.index.aligner import build_index, encode_corpus
 from pyserini_ext.models.aligner import AlignerConfig, AlignerModel
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.search.aligner import AlignerSearcher
-from pyserini_ext.train.aligner import AlignerLossConfig, train_aligner
+from pyserini_ext.train.aligner import AlignerModelConfig, train_aligner
+from pyserini_ext.train.data import LabelledData
 from pyserini_ext.train.loop import TrainConfig
 
 N_QUERIES, N_OTHER_DOCS, TRAIN_STEPS = 60, 500, 40
@@ -35,9 +36,8 @@ def models(scifact, tmp_path_factory):
     config = AlignerConfig(doc_max_length=128)
     folder = tmp_path_factory.mktemp("aligner") / "trained"
     trained, losses = train_aligner(
-        backbone_path("splade-tiny"), dataset.corpus, dataset.queries, dataset.qrels("train"), folder,
-        model_config=config, train_config=TrainConfig(learning_rate=1e-4, max_steps=TRAIN_STEPS),
-        loss_config=AlignerLossConfig(batch_size=16), negatives="random")
+        AlignerModelConfig("splade-tiny", config), LabelledData.from_dataset(dataset, "train", negatives="random"),
+        TrainConfig(learning_rate=1e-4, max_steps=TRAIN_STEPS, batch_size=16), folder)
     torch.manual_seed(0)
     untrained = AlignerModel.from_backbone(backbone_path("splade-tiny"), AlignerConfig(doc_max_length=128))
     return trained.eval(), untrained.eval(), losses, folder

@@ -28,7 +28,8 @@ from pyserini_ext.models.deepct_terms import (
     word_term_frequencies,
 )
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
-from pyserini_ext.train.deepct import train_deepct
+from pyserini_ext.train.data import LabelledData
+from pyserini_ext.train.deepct import DeepCTModelConfig, train_deepct
 from pyserini_ext.train.loop import TrainConfig, set_seed
 
 
@@ -168,9 +169,9 @@ def test_end_to_end_trained_beats_untrained(scifact, tmp_path):
     head initialisation), search the test queries with BM25 through the unchanged Pyserini command, evaluate
     with trec_eval: training must help."""
     seed = 1
-    model, losses = train_deepct(backbone_path("splade-tiny"), scifact.corpus, scifact.queries,
-                                 scifact.qrels("train"), tmp_path / "model",
-                                 TrainConfig(epochs=2, learning_rate=1e-4, seed=seed), batch_size=16)
+    model, losses = train_deepct(DeepCTModelConfig("splade-tiny"), LabelledData.from_dataset(scifact),
+                                 TrainConfig(epochs=2, learning_rate=1e-4, seed=seed, batch_size=16),
+                                 tmp_path / "model")
     assert len(losses) == 72 and sum(losses[-10:]) < sum(losses[:10])
     assert json.loads((tmp_path / "model" / "training_log.json").read_text())["losses"] == losses
     set_seed(seed)

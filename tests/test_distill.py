@@ -9,10 +9,9 @@ from pyserini_ext.data import document_text, write_trec_qrels
 from pyserini_ext.evaluation import evaluate, write_trec_run
 from pyserini_ext.models.aligner import AlignerConfig
 from pyserini_ext.train import distill
-from pyserini_ext.train.aligner import batch_scores, distill_aligner
+from pyserini_ext.train.aligner import AlignerModelConfig, batch_scores, train_aligner
 from pyserini_ext.train.distill import (
     DistillDataConfig,
-    DistillTrainConfig,
     TrainingQuery,
     build_distillation_set,
     distillation_batches,
@@ -132,16 +131,39 @@ def ndcg_on_held_aside(model, corpus, held_aside, tmp_path) -> float:
 def test_short_distillation_beats_the_untrained_model(small_task, distilled_set, tmp_path):
     corpus, _, held_aside = small_task
     _, _, data = distilled_set
-    config = TrainConfig(learning_rate=5e-5, max_steps=40, warmup_ratio=0.1, seed=3)
-    shape_args = {"batch_size": 8, "group_size": 4}
-    shape = DistillTrainConfig(**shape_args)
-    model_config = AlignerConfig(doc_max_length=128)
-    trained, losses = distill_aligner("splade-tiny", data, tmp_path / "model", model_config=model_config,
-                                      train_config=config, distill_config=shape)
-    untrained, _ = distill_aligner("splade-tiny", data, tmp_path / "untrained", model_config=model_config,
-                                   train_config=TrainConfig(learning_rate=0.0, max_steps=1, seed=3),
-                                   distill_config=DistillTrainConfig(head_learning_rate=0.0, **shape_args))
+    shape = {"batch_size": 8, "group_size": 4}
+    config = TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=40, warmup_ratio=0.1, seed=3, **shape)
+    model = AlignerModelConfig("splade-tiny", AlignerConfig(doc_max_length=128))
+    trained, losses = train_aligner(model, data, config, tmp_path / "model")
+    untrained, _ = train_aligner(model, data, TrainConfig(learning_rate=0.0, head_learning_rate=0.0, max_steps=1,
+                                                          seed=3, **shape), tmp_path / "untrained")
     before = ndcg_on_held_aside(untrained, corpus, held_aside, tmp_path)
     after = ndcg_on_held_aside(trained, corpus, held_aside, tmp_path)
     assert np.mean(losses[-10:]) < np.mean(losses[:10])
     assert after >= before + 0.05, (before, after)
+
+
+def test_train_command_distils_on_a_dataset_folder(small_task, tmp_path, capsys, one_thread):
+    """`deepct train --distill` on a BEIR folder without labels: pseudo-queries and teacher scores, cached."""
+    import json
+
+    from pyserini_ext.cli.deepct import main
+
+    corpus, _, _ = small_task
+    folder = tmp_path / "mini"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, **doc}) + "\n" for d, doc in corpus.items()))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "unused"}) + "\n")
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\t" + next(iter(corpus)) + "\t1\n")
+    args = ["train", "--dataset", str(folder), "--model", "splade-tiny", "--distill", "--cache", str(tmp_path / "c"),
+            "--max-steps", "3", "--batch-size", "4"]
+    assert main(args + ["--output", str(tmp_path / "m1")]) == 0
+    log = json.loads((tmp_path / "m1" / "training_log.json").read_text())
+    assert log["data"] == "distillation" and len(log["losses"]) == 3
+    assert log["training_queries"] == len(corpus)  # one pseudo-query per passage, no labelled split
+    cached = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert "encodings" in cached and len(cached) == 2  # the teachers' passages and one scored set
+    assert main(args + ["--output", str(tmp_path / "m2")]) == 0  # the second run reuses the scores
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == cached
+    assert json.loads((tmp_path / "m2" / "training_log.json").read_text())["losses"] == log["losses"]

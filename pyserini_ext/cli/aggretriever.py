@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pyserini_ext.cli.options import Command, TrainingOptions, command_group, option
 from pyserini_ext.models.aggretriever import POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
-from pyserini_ext.train.aggretriever import PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
+from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
 
 _DEFAULTS = AggretrieverConfig()
 
@@ -33,7 +33,9 @@ class AggretrieverConvertOptions:
 class AggretrieverTrainOptions(TrainingOptions):
     model: str = option(help=f"masked-LM backbone (folder, hub name, or {', '.join(BACKBONES)}) for new heads, "
                              "or an Aggretriever folder to train further")
-    no_hard_negatives: bool = option(False, help="in-batch negatives only")
+    batch_size: int = option(8, help="queries per step", min=2)
+    heads: str = option("random", choices=HEAD_INITS, help="new heads: random, or lexical (term weight 1, small "
+                                                           "[CLS] projection: ranks like the backbone from step 0)")
     query_max_length: int = option(QUERY_MAX_LENGTH, help="query tokens", min=1)
     passage_max_length: int = option(PASSAGE_MAX_LENGTH, help="passage tokens", min=1)
 
@@ -58,13 +60,12 @@ def convert(options: AggretrieverConvertOptions) -> None:
 
 
 def train(options: AggretrieverTrainOptions) -> None:
-    from pyserini_ext.train.aggretriever import train_aggretriever
+    from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
 
-    _, losses = train_aggretriever(options.model, options.dataset, options.output, options.train_config(),
-                                   split=options.split, batch_size=options.batch_size,
-                                   hard_negatives=not options.no_hard_negatives,
-                                   query_max_length=options.query_max_length,
-                                   passage_max_length=options.passage_max_length)
+    model = AggretrieverModelConfig(options.model, heads=options.heads, query_max_length=options.query_max_length,
+                                    passage_max_length=options.passage_max_length)
+    _, losses = train_aggretriever(model, options.training_data(), options.train_config(), options.output,
+                                   checkpoint_dir=options.checkpoints)
     print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")
     print(f"wrote {options.output}")
 
@@ -73,6 +74,7 @@ main = command_group("pyserini-ext aggretriever", __doc__, {
     "init": Command("new Aggretriever heads on a masked-LM backbone", AggretrieverInitOptions, init),
     "convert": Command("castorini/dhr training-repo checkpoint -> Pyserini format", AggretrieverConvertOptions,
                        convert),
-    "train": Command("train on a BEIR dataset's qrels (in-batch + random negatives)", AggretrieverTrainOptions,
+    "train": Command("train on a BEIR dataset's qrels, or distil the packaged teachers on its corpus",
+                     AggretrieverTrainOptions,
                      train),
 })

@@ -21,20 +21,20 @@ from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topi
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.aligner import AlignerConfig
 from pyserini_ext.registry import resolve_model
-from pyserini_ext.train.aligner import NEGATIVE_SOURCES, AlignerLossConfig
+from pyserini_ext.train.aligner import AlignerModelConfig
 
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
-_MODEL, _LOSS = AlignerConfig(), AlignerLossConfig()
+_MODEL, _TRAIN_MODEL = AlignerConfig(), AlignerModelConfig("splade-tiny")
 
 
 @dataclass
 class AlignerTrainOptions(TrainingOptions):
     model: str = option("splade-tiny", help="packaged backbone name or Hugging Face folder", aliases=["--backbone"])
     epochs: int = option(6, help="passes over the training pairs", min=1)
-    batch_size: int = option(_LOSS.batch_size, help="queries per step", min=2)
-    negatives: str = option(NEGATIVE_SOURCES[0], choices=NEGATIVE_SOURCES,
-                            help="where each query's hard negative comes from")
-    temperature: float = option(_LOSS.temperature, help="softmax temperature of the contrastive loss", min=1e-6)
+    batch_size: int = option(16, help="queries per step", min=2)
+    negatives: str = option("bm25", choices=("random", "bm25", "none"),
+                            help="each query's hard negative with judged pairs: random unjudged, BM25, or none")
+    temperature: float = option(_TRAIN_MODEL.temperature, help="softmax temperature of the contrastive loss", min=1e-6)
     alpha_q: float = option(_MODEL.alpha_q, help="training sparsity: fraction of query tokens kept", min=0.0,
                             max=1.0)
     alpha_d: float = option(_MODEL.alpha_d, help="training sparsity: fraction of document tokens kept", min=0.0,
@@ -112,15 +112,14 @@ def _threads(count: int) -> None:
 
 def train(options: AlignerTrainOptions) -> int:
     from pyserini_ext.models.aligner import AlignerConfig
-    from pyserini_ext.train.aligner import AlignerLossConfig, train_aligner
+    from pyserini_ext.train.aligner import train_aligner
     _threads(options.threads)
-    dataset = load_dataset(options.dataset)
-    model_config = AlignerConfig(alpha_q=options.alpha_q, alpha_d=options.alpha_d, eps=options.eps,
+    architecture = AlignerConfig(alpha_q=options.alpha_q, alpha_d=options.alpha_d, eps=options.eps,
                                  query_max_length=options.query_max_length,
                                  doc_max_length=options.passage_max_length, backbone=options.model)
-    _, losses = train_aligner(options.model_path(), dataset.corpus, dataset.queries, dataset.qrels(options.split),
-                              options.output, model_config, options.train_config(),
-                              AlignerLossConfig(options.temperature, options.batch_size), negatives=options.negatives)
+    model = AlignerModelConfig(options.model, architecture, options.temperature)
+    _, losses = train_aligner(model, options.training_data(), options.train_config(), options.output,
+                              checkpoint_dir=options.checkpoints)
     print(json.dumps({"model": options.output, "steps": len(losses), "first_loss": losses[0],
                       "last10_mean_loss": sum(losses[-10:]) / len(losses[-10:])}))
     return 0

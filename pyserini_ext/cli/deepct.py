@@ -59,13 +59,10 @@ class DeepCTQueryOptions:
 
 
 def train(options: DeepCTTrainOptions) -> None:
-    from pyserini_ext.train.deepct import train_deepct
+    from pyserini_ext.train.deepct import DeepCTModelConfig, train_deepct
 
-    dataset = load_dataset(options.dataset)
-    _, losses = train_deepct(options.model_path(), dataset.corpus, dataset.queries, dataset.qrels(options.split),
-                             options.output, options.train_config(), batch_size=options.batch_size,
-                             max_length=options.max_length, dataset=options.dataset, split=options.split,
-                             backbone=options.model)
+    _, losses = train_deepct(DeepCTModelConfig(options.model, options.max_length), options.training_data(),
+                             options.train_config(), options.output, checkpoint_dir=options.checkpoints)
     print(f"trained {len(losses)} steps: loss first {losses[0]:.4f}, last {losses[-1]:.4f}; saved {options.output}")
 
 

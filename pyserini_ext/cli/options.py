@@ -109,28 +109,52 @@ def cap_max_length(requested: int | None, model_limit: int | None, flag: str = "
 
 @dataclass
 class TrainingOptions:
-    """The flags every `pyserini-ext <model> train` shares; each model's subclass sets its own defaults."""
+    """The flags every `pyserini-ext <model> train` shares; each model's subclass sets its own defaults.
+
+    Each command calls `train_<model>(model config, self.training_data(), self.train_config(), output)`."""
     dataset: str = option(help="BEIR dataset name or folder (pyserini_ext.data.load_dataset)")
     output: str = option(help="model folder to write")
     model: str = option(help="packaged backbone name, model folder or hub name")
-    split: str = option("train", help="qrels split to train on")
+    split: str = option("train", help="qrels split to train on (with --distill: labelled pairs mixed in, if any)")
+    negatives: str = option("random", choices=("random", "bm25", "none"),
+                            help="each query's hard negative with judged pairs: random unjudged, BM25, or none")
+    distill: bool = option(False, help="distil the packaged MS MARCO teachers (MiniLM, splade-tiny, BM25) on the "
+                                       "dataset's corpus, with pseudo-queries, instead of fitting its qrels")
+    distill_passages: int | None = option(None, help="with --distill: passages sampled for pseudo-queries "
+                                                     "(default: all)", min=1)
+    cache: str = option("runs/distillation", help="with --distill: where teacher scores are cached and reused")
+    checkpoints: str | None = option(None, help="checkpoint folder: saved every 100 steps, resumed on restart")
     epochs: int = option(1, help="passes over the training examples", min=1)
     max_steps: int | None = option(None, help="stop after this many optimiser steps", min=1)
-    batch_size: int = option(8, help="examples per step", min=1)
-    learning_rate: float = option(5e-5, help="peak AdamW learning rate", min=0.0)
+    batch_size: int = option(16, help="queries per step", min=1)
+    group_size: int = option(4, help="with --distill: candidates per query and step", min=2)
+    learning_rate: float = option(5e-5, help="peak AdamW learning rate (of the pretrained body)", min=0.0)
+    head_learning_rate: float | None = option(None, help="learning rate of the new heads (default: "
+                                                         "--learning-rate)", min=0.0)
     seed: int = option(42, help="seed of initialisation and data order")
     device: str = option("cpu", help="torch device")
-
-    def model_path(self) -> str:
-        from pyserini_ext.models.backbones import BACKBONES, backbone_path
-
-        return str(backbone_path(self.model)) if self.model in BACKBONES else self.model
 
     def train_config(self):
         from pyserini_ext.train.loop import TrainConfig
 
-        return TrainConfig(learning_rate=self.learning_rate, epochs=self.epochs, max_steps=self.max_steps,
-                           seed=self.seed, device=self.device)
+        return TrainConfig(learning_rate=self.learning_rate, head_learning_rate=self.head_learning_rate,
+                           batch_size=self.batch_size, epochs=self.epochs, max_steps=self.max_steps,
+                           group_size=self.group_size, seed=self.seed, device=self.device)
+
+    def training_data(self):
+        """Judged pairs of --split, or with --distill the teacher ensemble over the dataset's corpus."""
+        from pyserini_ext.data import load_dataset
+        from pyserini_ext.train.data import LabelledData
+
+        dataset = load_dataset(self.dataset)
+        if not self.distill:
+            return LabelledData.from_dataset(dataset, self.split, self.negatives)
+        from pyserini_ext.train.distill import DistillDataConfig, build_distillation_set
+
+        labelled = {self.dataset: self.split} if self.split in dataset.splits() else {}
+        config = DistillDataConfig(datasets={self.dataset: self.distill_passages}, labelled_splits=labelled,
+                                   seed=self.seed)
+        return build_distillation_set(config, self.cache, device=self.device)
 
 
 @dataclass(kw_only=True)

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 from transformers import AutoTokenizer
 
-from pyserini_ext.data import BeirDataset, document_text, load_dataset
+from pyserini_ext.data import document_text
 from pyserini_ext.models.aggretriever import (
     AGG_CONFIG_NAME,
     Aggretriever,
@@ -34,10 +34,13 @@ from pyserini_ext.models.aggretriever import (
     resolve_model_folder,
 )
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
+from pyserini_ext.train.data import LabelledData
+from pyserini_ext.train.distill import DistillationSet, distillation_batches, distillation_loss, steps_per_epoch
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
 
 QUERY_MAX_LENGTH = 32
 PASSAGE_MAX_LENGTH = 128
+HEAD_INITS = ("random", "lexical")
 PART_WEIGHT = 0.5  # weight of the agg-only and of the [CLS]-only loss, as in the released training code
 
 
@@ -98,141 +101,140 @@ def aggretriever_loss(query_vectors: Tensor, passage_vectors: Tensor, cls_dim: i
             raise ValueError(f"false_negatives must be [{queries}, {passages}], got {list(false_negatives.shape)}")
         if false_negatives.diagonal().any():
             raise ValueError("false_negatives marks a query's own positive")
-    loss = nll(query_vectors, passage_vectors, false_negatives)
-    if cls_dim == 0:
-        return loss
-    agg_loss = nll(query_vectors[:, cls_dim:], passage_vectors[:, cls_dim:], false_negatives)
-    cls_loss = nll(query_vectors[:, :cls_dim], passage_vectors[:, :cls_dim], false_negatives)
-    return loss + PART_WEIGHT * agg_loss + PART_WEIGHT * cls_loss
+    return concat_and_parts(lambda q, p: nll(q, p, false_negatives), query_vectors, passage_vectors, cls_dim)
 
 
-def load_trainable_model(backbone_or_model_dir: str | os.PathLike,
-                         model_config: AggretrieverConfig | None = None) -> tuple[Aggretriever, Path]:
-    """An Aggretriever folder (has aggretriever_config.json) goes on training; a masked-LM backbone (folder,
-    hub name or packaged name) gets new heads. Returns the model and the folder its tokenizer is in."""
-    name = str(backbone_or_model_dir)
-    folder = backbone_path(name) if name in BACKBONES else resolve_model_folder(backbone_or_model_dir)
+def concat_and_parts(loss: Callable[[Tensor, Tensor], Tensor], query_vectors: Tensor, passage_vectors: Tensor,
+                     cls_dim: int) -> Tensor:
+    """loss(concat) + 0.5 loss(agg part) + 0.5 loss([CLS] part); only the concat without a [CLS] part."""
+    total = loss(query_vectors, passage_vectors)
+    if cls_dim:
+        for part in (slice(cls_dim, None), slice(0, cls_dim)):
+            total = total + PART_WEIGHT * loss(query_vectors[:, part], passage_vectors[:, part])
+    return total
+
+
+@dataclass
+class AggretrieverModelConfig:
+    """What is trained (the first argument of `train_aggretriever`): the start point, new heads, text lengths."""
+    model: str  # masked-LM backbone (packaged name, folder or hub name) for new heads, or an Aggretriever folder
+    architecture: AggretrieverConfig | None = None  # the new heads' shape (default: Pyserini's 640 + 128)
+    # new heads: "random" (as the released code draws them) or "lexical": term weight 1 and a small random [CLS]
+    # projection (a zero one would be a saddle point of the bilinear score), so that the untrained model already
+    # ranks by the backbone's MLM distributions
+    heads: str = "random"
+    query_max_length: int = QUERY_MAX_LENGTH
+    passage_max_length: int = PASSAGE_MAX_LENGTH
+
+    def __post_init__(self):
+        if self.heads not in HEAD_INITS:
+            raise ValueError(f"heads must be one of {HEAD_INITS}, got {self.heads!r}")
+        if min(self.query_max_length, self.passage_max_length) < 2:
+            raise ValueError("query and passage max lengths must be >= 2 ([CLS] plus one token)")
+
+
+def load_trainable_model(spec: AggretrieverModelConfig) -> tuple[Aggretriever, Path]:
+    """An Aggretriever folder (has aggretriever_config.json) goes on training; a masked-LM backbone gets new
+    heads (drawn from the current torch seed). Returns the model and the folder its tokenizer is in."""
+    name = str(spec.model)
+    folder = backbone_path(name) if name in BACKBONES else resolve_model_folder(spec.model)
     if (folder / AGG_CONFIG_NAME).is_file():
-        if model_config is not None:
+        if spec.architecture is not None:
             raise ValueError(f"{folder} is already an Aggretriever (its config is in {AGG_CONFIG_NAME}); "
-                             "model_config applies only to a masked-LM backbone")
+                             "an architecture applies only to a masked-LM backbone")
         return Aggretriever.from_pretrained(folder), folder
-    return from_masked_lm(folder, model_config), folder
+    if spec.heads == "random":
+        return from_masked_lm(folder, spec.architecture), folder
+    model = from_masked_lm(folder, spec.architecture, constant_term_weight=1.0)
+    if model.cls_proj is not None:
+        torch.nn.init.normal_(model.cls_proj.weight, std=0.01)
+        torch.nn.init.zeros_(model.cls_proj.bias)
+    return model, folder
 
 
-def train_aggretriever(backbone_or_model_dir: str | os.PathLike, dataset: str | os.PathLike | BeirDataset,
-                       out_dir: str | os.PathLike, train_config: TrainConfig | None = None,
-                       model_config: AggretrieverConfig | None = None, split: str = "train", batch_size: int = 8,
-                       hard_negatives: bool = True, query_max_length: int = QUERY_MAX_LENGTH,
-                       passage_max_length: int = PASSAGE_MAX_LENGTH) -> tuple[Aggretriever, list[float]]:
-    """Train on a BEIR dataset's `split` qrels; saves a Pyserini-format folder and training_log.json in out_dir.
+def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | DistillationSet,
+                       config: TrainConfig | None = None, out_dir: str | os.PathLike | None = None,
+                       checkpoint_dir: str | os.PathLike | None = None) -> tuple[Aggretriever, list[float]]:
+    """Train an Aggretriever; saves a Pyserini-format folder and training_log.json in `out_dir`.
 
-    Deterministic for a given `train_config.seed`: new heads, sampling and negatives all come from it.
+    Judged pairs (`LabelledData`): NLL of each query's positive against the batch's positives and hard
+    negatives. A teacher ensemble (`DistillationSet`): listwise KL to the teacher over each query's candidates
+    plus in-batch NLL. Either loss is taken on the concatenated vector plus 0.5 x the same loss on the agg and
+    on the [CLS] part, as the released code weighs its NLLs. Deterministic for a given `config.seed`.
     """
-    train_config = train_config or TrainConfig()
-    if batch_size < 2:
-        raise ValueError(f"contrastive training needs batch_size >= 2, got {batch_size}")
-    if min(query_max_length, passage_max_length) < 2:
-        raise ValueError("query and passage max lengths must be >= 2 ([CLS] plus one token)")
-    if not isinstance(dataset, BeirDataset):
-        dataset = load_dataset(dataset)
-    corpus = dataset.corpus
-    examples = training_queries(corpus, dataset.queries, dataset.qrels(split))
-    if len(examples) < 2:
-        raise ValueError(f"contrastive training needs at least 2 training queries, the {split} split has 1")
-    set_seed(train_config.seed)  # new heads are initialised at load time
-    model, folder = load_trainable_model(backbone_or_model_dir, model_config)
+    config = config or TrainConfig()
+    if config.batch_size < 2:
+        raise ValueError(f"contrastive training needs batch_size >= 2, got {config.batch_size}")
+    set_seed(config.seed)  # new heads are initialised at load time
+    aggretriever, folder = load_trainable_model(model)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    docids = sorted(corpus)
-    steps_per_epoch = max(1, len(examples) // batch_size)
 
-    def tokenize(texts: list[str], max_length: int) -> dict[str, Tensor]:
+    def encode(texts: list[str], max_length: int) -> Tensor:
         inputs = tokenizer(texts, max_length=max_length, truncation=True, padding="longest", return_tensors="pt")
-        return {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+        return aggretriever(**{k: inputs[k].to(config.device) for k in ("input_ids", "attention_mask")})
 
-    def make_batches(epoch: int) -> Iterator[tuple[dict[str, Tensor], dict[str, Tensor], Tensor]]:
-        rng = random.Random(train_config.seed + epoch)
+    objective = _labelled_objective if isinstance(data, LabelledData) else _distillation_objective
+    make_batches, steps, batch_loss, log = objective(data, config, aggretriever.config.cls_dim)
+
+    def loss_fn(_, batch) -> Tensor:
+        return batch_loss(encode(batch.query_texts, model.query_max_length),
+                          encode(batch.passage_texts, model.passage_max_length), batch)
+
+    losses = train(aggretriever, make_batches, loss_fn, config, steps, desc="train aggretriever",
+                   checkpoint_dir=checkpoint_dir)
+    if out_dir is not None:
+        aggretriever.save_pretrained(out_dir, tokenizer)
+        save_training_log(out_dir, config, losses, base_model=str(model.model), heads=model.heads,
+                          query_max_length=model.query_max_length, passage_max_length=model.passage_max_length,
+                          **log)
+    return aggretriever, losses
+
+
+@dataclass
+class LabelledBatch:
+    query_texts: list[str]
+    passage_texts: list[str]  # the B positives, then (with hard negatives) one negative per query
+    false_negatives: Tensor  # [B, passages]: a passage judged relevant to a query other than its own
+
+
+def _labelled_objective(data: LabelledData, config: TrainConfig, cls_dim: int):
+    corpus = data.corpus
+    examples = training_queries(corpus, data.queries, data.qrels)
+    if len(examples) < 2:
+        raise ValueError("contrastive training needs at least 2 training queries, the judged pairs have 1")
+    docids = sorted(corpus)
+    pools = data.bm25_rankings if data.negatives == "bm25" else {}
+    steps_per_epoch = max(1, len(examples) // config.batch_size)
+
+    def negative(rng: random.Random, example: TrainingQuery) -> str:
+        pool = [d for d in pools.get(example.qid, []) if d not in example.judged]
+        return rng.choice(pool) if pool else random_negative(rng, docids, example.judged)
+
+    def make_batches(epoch: int) -> Iterator[LabelledBatch]:
+        rng = random.Random(config.seed + epoch)
         order = examples[:]
         rng.shuffle(order)
-        for start in range(0, steps_per_epoch * batch_size, batch_size):
-            chunk = order[start:start + batch_size]
+        for start in range(0, steps_per_epoch * config.batch_size, config.batch_size):
+            chunk = order[start:start + config.batch_size]
             passages = [rng.choice(example.positives) for example in chunk]
-            if hard_negatives:
-                passages += [random_negative(rng, docids, example.judged) for example in chunk]
+            if data.negatives != "none":
+                passages += [negative(rng, example) for example in chunk]
             false_negatives = torch.tensor([[j != i and docid in example.positives for j, docid in enumerate(passages)]
                                             for i, example in enumerate(chunk)])
-            yield (tokenize([example.text for example in chunk], query_max_length),
-                   tokenize([document_text(corpus[docid]) for docid in passages], passage_max_length), false_negatives)
+            yield LabelledBatch([example.text for example in chunk],
+                                [document_text(corpus[docid]) for docid in passages], false_negatives)
 
-    def loss_fn(model: Aggretriever, batch: tuple[dict[str, Tensor], dict[str, Tensor], Tensor]) -> Tensor:
-        query_inputs, passage_inputs, false_negatives = batch
-        queries, passages = ({k: v.to(train_config.device) for k, v in side.items()}
-                             for side in (query_inputs, passage_inputs))
-        return aggretriever_loss(model(**queries), model(**passages), model.config.cls_dim,
-                                 false_negatives.to(train_config.device))
+    def batch_loss(queries: Tensor, passages: Tensor, batch: LabelledBatch) -> Tensor:
+        return aggretriever_loss(queries, passages, cls_dim, batch.false_negatives.to(queries.device))
 
-    losses = train(model, make_batches, loss_fn, train_config, steps_per_epoch, desc="train aggretriever")
-    model.save_pretrained(out_dir, tokenizer)
-    save_training_log(out_dir, train_config, losses, base_model=str(backbone_or_model_dir), dataset=dataset.name,
-                      split=split, training_queries=len(examples), batch_size=batch_size,
-                      hard_negatives=hard_negatives, query_max_length=query_max_length,
-                      passage_max_length=passage_max_length)
-    return model, losses
+    return make_batches, steps_per_epoch, batch_loss, data.log() | {"training_queries": len(examples)}
 
 
-def distill_aggretriever(backbone_or_model_dir: str | os.PathLike, data, out_dir: str | os.PathLike,
-                         train_config: TrainConfig | None = None, model_config: AggretrieverConfig | None = None,
-                         distill_config=None, query_max_length: int = QUERY_MAX_LENGTH,
-                         passage_max_length: int = PASSAGE_MAX_LENGTH,
-                         checkpoint_dir: str | os.PathLike | None = None) -> tuple[Aggretriever, list[float]]:
-    """Distil the teacher ensemble of `data` (a train.distill.DistillationSet) into an Aggretriever.
+def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int):
+    def batch_loss(queries: Tensor, passages: Tensor, batch) -> Tensor:
+        return concat_and_parts(lambda q, p: distillation_loss(q @ p.T, batch.teacher, config), queries, passages,
+                                cls_dim)
 
-    What the MLM head knows is kept: new heads start as the lexical-only model (term weight 1, so the untrained
-    model already ranks by the backbone's MLM distributions) with a small random [CLS] projection (a zero one
-    would be a saddle point of the bilinear score), the heads learn at `head_learning_rate` and the backbone at
-    the lower `train_config.learning_rate`. Loss = L(concat) + 0.5 L(agg) + 0.5 L([CLS]) with L the
-    distillation loss (listwise KL to the teacher + in-batch NLL), as the released code weighs its NLLs.
-    """
-    from pyserini_ext.train.distill import DistillTrainConfig, distillation_batches, distillation_loss, steps_per_epoch
-
-    train_config = train_config or TrainConfig()
-    distill_config = distill_config or DistillTrainConfig()
-    set_seed(train_config.seed)
-    name = str(backbone_or_model_dir)
-    folder = backbone_path(name) if name in BACKBONES else resolve_model_folder(backbone_or_model_dir)
-    if (folder / AGG_CONFIG_NAME).is_file():
-        model = Aggretriever.from_pretrained(folder)
-    else:
-        model = from_masked_lm(folder, model_config, constant_term_weight=1.0)
-        if model.cls_proj is not None:
-            torch.nn.init.normal_(model.cls_proj.weight, std=0.01)
-            torch.nn.init.zeros_(model.cls_proj.bias)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    heads = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
-    body = [p for n, p in model.named_parameters() if n.startswith("encoder.")]
-    groups = [{"params": body}, {"params": heads, "lr": distill_config.head_learning_rate}]
-    cls_dim = model.config.cls_dim
-
-    def tokenize(texts: list[str], max_length: int) -> dict[str, Tensor]:
-        inputs = tokenizer(texts, max_length=max_length, truncation=True, padding="longest", return_tensors="pt")
-        return {k: inputs[k].to(train_config.device) for k in ("input_ids", "attention_mask")}
-
-    def loss_fn(model: Aggretriever, batch) -> Tensor:
-        queries = model(**tokenize(batch.query_texts, query_max_length))
-        passages = model(**tokenize(batch.passage_texts, passage_max_length))
-        loss = distillation_loss(queries @ passages.T, batch.teacher, distill_config)
-        if cls_dim:
-            for part in (slice(cls_dim, None), slice(0, cls_dim)):
-                loss = loss + PART_WEIGHT * distillation_loss(queries[:, part] @ passages[:, part].T, batch.teacher,
-                                                              distill_config)
-        return loss
-
-    losses = train(model, lambda epoch: distillation_batches(data, distill_config.batch_size,
-                                                             distill_config.group_size, train_config.seed, epoch),
-                   loss_fn, train_config, steps_per_epoch(data, distill_config), desc="distil aggretriever",
-                   parameter_groups=groups, checkpoint_dir=checkpoint_dir)
-    model.save_pretrained(out_dir, tokenizer)
-    save_training_log(out_dir, train_config, losses, base_model=name, distillation=asdict(distill_config),
-                      training_queries=len(data.queries), query_max_length=query_max_length,
-                      passage_max_length=passage_max_length)
-    return model, losses
+    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch),
+            steps_per_epoch(data, config), batch_loss,
+            {"data": "distillation", "training_queries": len(data.queries)})

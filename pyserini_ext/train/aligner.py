@@ -5,17 +5,17 @@ documents (its own positive, the other positives, and all hard negatives) with t
 the training saliences u = lambda * ReLU(s), lambda the entropy top-k at alpha_q / alpha_d. Loss: cross-entropy
 of the positive among the 2B documents, scores divided by a temperature.
 
-Hard negatives: BM25 top-`depth` documents of each training query (Pyserini's own Lucene indexer and
-`LuceneSearcher` over a JsonCollection written to a temporary folder), minus its judged documents; or, with
-negatives="random", uniformly drawn unjudged documents (no JVM needed).
+Hard negatives (`LabelledData.negatives`): BM25 top-`bm25_depth` documents of each training query (Pyserini's
+own Lucene indexer and `LuceneSearcher` over a JsonCollection written to a temporary folder), minus its judged
+documents; or "random" unjudged documents (no JVM needed); or "none". With a `DistillationSet` instead, the same
+scores are fitted to the teacher ensemble (listwise KL over each query's candidates plus in-batch NLL).
 """
 from __future__ import annotations
 
-import math
 import os
 import random
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -23,44 +23,48 @@ from pyserini_ext.data import document_text
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import MAXSIM, alignment_scores
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
+from pyserini_ext.train.data import LabelledData
+from pyserini_ext.train.distill import DistillationSet, distillation_batches, distillation_loss, steps_per_epoch
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
-
-NEGATIVE_SOURCES = ("bm25", "random")
 
 
 @dataclass
-class AlignerLossConfig:
-    temperature: float = 0.05
-    batch_size: int = 16
+class AlignerModelConfig:
+    """What is trained (the first argument of `train_aligner`): the backbone, the new model's shape, the loss
+    temperature."""
+    model: str  # packaged backbone name, or a folder / hub name
+    architecture: AlignerConfig | None = None  # saliences, sparsity, lengths (default: AlignerConfig())
+    temperature: float = 0.05  # alignment scores are divided by it in either loss's softmax
 
 
-def bm25_negatives(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str], depth: int = 30,
-                   threads: int = 1) -> dict[str, list[str]]:
-    """qid -> BM25 ranking (top `depth` docids) with Pyserini over a temporary Lucene index of `corpus`."""
-    from pyserini_ext.train.distill import bm25_rankings
-    return {qid: [docid for docid, _ in hits] for qid, hits in bm25_rankings(corpus, queries, depth, threads).items()}
+@dataclass
+class LabelledBatch:
+    query_texts: list[str]
+    passage_texts: list[str]  # the B positives, then (with hard negatives) one negative per query
 
 
-def training_examples(corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
-                      qrels: Mapping[str, Mapping[str, int]], negatives: str = "bm25", depth: int = 30,
-                      seed: int = 42) -> list[tuple[str, str, list[str]]]:
-    """(qid, positive docid, negative docid pool) for every judged relevant pair whose query text is known."""
-    if negatives not in NEGATIVE_SOURCES:
-        raise ValueError(f"negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
+def training_examples(data: LabelledData, seed: int = 42) -> list[tuple[str, str, list[str]]]:
+    """(qid, positive docid, hard negative pool) for every judged relevant pair whose query text is known; the
+    pool is the query's BM25 ranking minus its judged documents ("bm25"), `bm25_depth` random documents
+    ("random"), or empty ("none")."""
+    corpus, queries, qrels = data.corpus, data.queries, data.qrels
     judged = {qid: {d for d, rel in docs.items() if rel > 0 and d in corpus} for qid, docs in qrels.items()
               if qid in queries and queries[qid].strip()}
     judged = {qid: docs for qid, docs in judged.items() if docs}
     if not judged:
         raise ValueError("no training pairs: no judged relevant document is in the corpus")
-    if negatives == "bm25":
-        ranking = bm25_negatives(corpus, {q: queries[q] for q in judged}, depth)
-    else:
+    if data.negatives == "bm25":
+        ranking = data.bm25_rankings
+    elif data.negatives == "random":
         rng = random.Random(seed)
         docids = list(corpus)
-        ranking = {qid: rng.sample(docids, min(depth, len(docids))) for qid in judged}
+        ranking = {qid: rng.sample(docids, min(data.bm25_depth, len(docids))) for qid in judged}
+    else:
+        ranking = None
     examples = []
     for qid, positives in judged.items():
-        pool = [d for d in ranking.get(qid, []) if d not in qrels[qid]] or [d for d in corpus if d not in positives]
+        pool = [] if ranking is None else ([d for d in ranking.get(qid, []) if d not in qrels[qid]]
+                                          or [d for d in corpus if d not in positives])
         examples += [(qid, pos, pool) for pos in sorted(positives)]
     return examples
 
@@ -78,80 +82,59 @@ def batch_scores(model: AlignerModel, query_texts: list[str], doc_texts: list[st
                             MAXSIM)
 
 
-def contrastive_loss(model: AlignerModel, batch: tuple[list[str], list[str]], temperature: float) -> torch.Tensor:
-    """NLL of each query's positive (document i of the first half) among all documents of the batch."""
-    query_texts, doc_texts = batch
-    scores = batch_scores(model, query_texts, doc_texts)
-    labels = torch.arange(len(query_texts), device=scores.device)
-    return torch.nn.functional.cross_entropy(scores / temperature, labels)
+def train_aligner(model: AlignerModelConfig, data: LabelledData | DistillationSet, config: TrainConfig | None = None,
+                  out_dir: str | os.PathLike | None = None,
+                  checkpoint_dir: str | os.PathLike | None = None) -> tuple[AlignerModel, list[float]]:
+    """Train AligneR; saves the model folder and training_log.json in `out_dir`.
+
+    Judged pairs (`LabelledData`): NLL of each query's positive among the batch's positives and hard negatives.
+    A teacher ensemble (`DistillationSet`): listwise KL to the teacher over each query's candidates plus
+    in-batch NLL. Scores: the salience-weighted top-1 alignment / `model.temperature`.
+    """
+    config = config or TrainConfig()
+    set_seed(config.seed)  # new heads
+    name = str(model.model)
+    aligner = AlignerModel.from_backbone(backbone_path(name) if name in BACKBONES else name, model.architecture)
+    objective = _labelled_objective if isinstance(data, LabelledData) else _distillation_objective
+    make_batches, steps, batch_loss, log = objective(data, config)
+
+    def loss_fn(aligner: AlignerModel, batch) -> torch.Tensor:
+        return batch_loss(batch_scores(aligner, batch.query_texts, batch.passage_texts) / model.temperature, batch)
+
+    losses = train(aligner, make_batches, loss_fn, config, steps, desc="train aligner", checkpoint_dir=checkpoint_dir)
+    if out_dir is not None:
+        aligner.save_pretrained(out_dir)
+        save_training_log(out_dir, config, losses, backbone=name, temperature=model.temperature,
+                          last10_mean_loss=float(sum(losses[-10:]) / len(losses[-10:])), **log)
+    return aligner, losses
 
 
-def train_aligner(backbone: str | os.PathLike, corpus: Mapping[str, Mapping[str, str]],
-                  queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], out_dir: str | os.PathLike,
-                  model_config: AlignerConfig | None = None, train_config: TrainConfig | None = None,
-                  loss_config: AlignerLossConfig | None = None, negatives: str = "bm25",
-                  examples: list[tuple[str, str, list[str]]] | None = None) -> tuple[AlignerModel, list[float]]:
-    """Train an AligneR model from a backbone folder; saves the model folder and training_log.json in out_dir."""
-    train_config = train_config or TrainConfig()
-    loss_config = loss_config or AlignerLossConfig()
-    if examples is None:
-        examples = training_examples(corpus, queries, qrels, negatives, seed=train_config.seed)
-    model = AlignerModel.from_backbone(backbone, model_config)
-    batch_size = loss_config.batch_size
+def _labelled_objective(data: LabelledData, config: TrainConfig):
+    examples = training_examples(data, seed=config.seed)
     if len(examples) < 2:
         raise ValueError("contrastive training needs at least 2 (query, positive) pairs")
+    batch_size = config.batch_size
     steps_per_epoch = max(1, len(examples) // batch_size)
 
-    def make_batches(epoch: int) -> Iterator[tuple[list[str], list[str]]]:
-        rng = random.Random(train_config.seed + epoch)
+    def make_batches(epoch: int) -> Iterator[LabelledBatch]:
+        rng = random.Random(config.seed + epoch)
         order = examples[:]
         rng.shuffle(order)
         for start in range(0, steps_per_epoch * batch_size, batch_size):
             chunk = order[start:start + batch_size]
             if len(chunk) < 2:
                 return
-            query_texts = [queries[qid] for qid, _, _ in chunk]
-            positives = [document_text(corpus[pos]) for _, pos, _ in chunk]
-            hard = [document_text(corpus[rng.choice(pool)]) for _, _, pool in chunk]
-            yield query_texts, positives + hard
+            positives = [document_text(data.corpus[pos]) for _, pos, _ in chunk]
+            hard = [document_text(data.corpus[rng.choice(pool)]) for _, _, pool in chunk if pool]
+            yield LabelledBatch([data.queries[qid] for qid, _, _ in chunk], positives + hard)
 
-    losses = train(model, make_batches, lambda m, b: contrastive_loss(m, b, loss_config.temperature),
-                   train_config, steps_per_epoch, desc="train aligner")
-    model.save_pretrained(out_dir)
-    save_training_log(out_dir, train_config, losses, negatives=negatives, examples=len(examples),
-                      temperature=loss_config.temperature, batch_size=batch_size,
-                      first_loss=losses[0], last_loss=float(sum(losses[-10:]) / len(losses[-10:])),
-                      log_batch=math.log(2 * batch_size))
-    return model, losses
+    def batch_loss(scores: torch.Tensor, _) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(scores, torch.arange(len(scores), device=scores.device))
+
+    return make_batches, steps_per_epoch, batch_loss, data.log() | {"examples": len(examples)}
 
 
-def distill_aligner(backbone: str | os.PathLike, data, out_dir: str | os.PathLike,
-                    model_config: AlignerConfig | None = None, train_config: TrainConfig | None = None,
-                    distill_config=None, temperature: float = 0.05,
-                    checkpoint_dir: str | os.PathLike | None = None) -> tuple[AlignerModel, list[float]]:
-    """Distil the teacher ensemble of `data` (a train.distill.DistillationSet) into AligneR: listwise KL over each
-    query's candidates plus in-batch NLL on the salience-weighted alignment scores / `temperature`. The new
-    heads learn at `distill_config.head_learning_rate`, the pretrained encoder at `train_config.learning_rate`."""
-    from pyserini_ext.train.distill import DistillTrainConfig, distillation_batches, distillation_loss, steps_per_epoch
-
-    train_config = train_config or TrainConfig()
-    distill_config = distill_config or DistillTrainConfig()
-    set_seed(train_config.seed)  # new heads
-    name = str(backbone)
-    model = AlignerModel.from_backbone(backbone_path(name) if name in BACKBONES else backbone, model_config)
-    body = [p for n, p in model.named_parameters() if n.startswith("encoder.")]
-    heads = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
-    groups = [{"params": body}, {"params": heads, "lr": distill_config.head_learning_rate}]
-
-    def loss_fn(model: AlignerModel, batch) -> torch.Tensor:
-        scores = batch_scores(model, batch.query_texts, batch.passage_texts) / temperature
-        return distillation_loss(scores, batch.teacher, distill_config)
-
-    losses = train(model, lambda epoch: distillation_batches(data, distill_config.batch_size,
-                                                             distill_config.group_size, train_config.seed, epoch),
-                   loss_fn, train_config, steps_per_epoch(data, distill_config), desc="distil aligner",
-                   parameter_groups=groups, checkpoint_dir=checkpoint_dir)
-    model.save_pretrained(out_dir)
-    save_training_log(out_dir, train_config, losses, distillation=asdict(distill_config), temperature=temperature,
-                      training_queries=len(data.queries), backbone=str(backbone))
-    return model, losses
+def _distillation_objective(data: DistillationSet, config: TrainConfig):
+    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch),
+            steps_per_epoch(data, config), lambda scores, batch: distillation_loss(scores, batch.teacher, config),
+            {"data": "distillation", "training_queries": len(data.queries)})

@@ -11,12 +11,14 @@ import os
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from pyserini_ext.data.text import document_text
+from pyserini_ext.models.backbones import BACKBONES, backbone_path
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words, window_inputs
+from pyserini_ext.train.data import LabelledData
+from pyserini_ext.train.distill import DistillationSet
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
 
 
@@ -120,37 +122,48 @@ def deepct_loss(model: DeepCTModel, batch: dict[str, torch.Tensor]) -> torch.Ten
     return masked_mse(model(batch["input_ids"], batch["attention_mask"]), batch["targets"], batch["mask"])
 
 
-def train_deepct(model_path: str | os.PathLike, corpus: Mapping[str, Mapping[str, str]], queries: Mapping[str, str],
-                 qrels: Mapping[str, Mapping[str, int]], out_dir: str | os.PathLike | None = None,
-                 config: TrainConfig | None = None, batch_size: int = 16, max_length: int = 128,
-                 distillation=None, min_mass: float = 0.5, checkpoint_dir: str | os.PathLike | None = None,
-                 **card) -> tuple[DeepCTModel, list[float]]:
-    """Train DeepCT from a backbone (or DeepCT) folder; saves the model and training_log.json when `out_dir`.
+@dataclass
+class DeepCTModelConfig:
+    """What is trained (the first argument of `train_deepct`): the start point and the window length."""
+    model: str  # BERT-family backbone (packaged name, folder or hub name) for a new head, or a DeepCT folder
+    max_length: int = 128  # pieces per passage window, as in the paper
+    # teacher-recall targets only: a passage is a training example when the teachers give it a total
+    # probability >= teacher_min_mass over the training queries (less is too little evidence)
+    teacher_min_mass: float = 0.5
 
-    Targets: the paper's query term recall over `qrels`, or, with `distillation` (a DistillationSet; corpus,
-    queries and qrels are then ignored), the teacher-weighted recall of `teacher_recall_examples`.
-    Deterministic for a given seed: the head is initialised and the data shuffled from `config.seed`.
+
+def train_deepct(model: DeepCTModelConfig, data: LabelledData | DistillationSet, config: TrainConfig | None = None,
+                 out_dir: str | os.PathLike | None = None,
+                 checkpoint_dir: str | os.PathLike | None = None) -> tuple[DeepCTModel, list[float]]:
+    """Train DeepCT; saves the model and training_log.json in `out_dir`.
+
+    Targets: the paper's query term recall over judged pairs (`LabelledData`; its `negatives` play no part), or
+    the teacher-weighted recall of `teacher_recall_examples` (a `DistillationSet`). Deterministic for a given
+    seed: the head is initialised and the data shuffled from `config.seed`.
     """
     config = config or TrainConfig()
     set_seed(config.seed)  # the regression head is initialised at load time
-    model = DeepCTModel.from_backbone(model_path, max_length=max_length)
-    if distillation is not None:
-        examples = teacher_recall_examples(model.tokenizer, distillation, max_length, min_mass=min_mass)
+    name = str(model.model)
+    deepct = DeepCTModel.from_backbone(backbone_path(name) if name in BACKBONES else name, max_length=model.max_length)
+    if isinstance(data, LabelledData):
+        examples = make_examples(deepct.tokenizer, data.corpus, data.queries, data.qrels, model.max_length)
+        log = data.log()
     else:
-        examples = make_examples(model.tokenizer, corpus, queries, qrels, max_length)
+        examples = teacher_recall_examples(deepct.tokenizer, data, model.max_length, min_mass=model.teacher_min_mass)
+        log = {"data": "distillation", "target": "teacher-recall", "training_queries": len(data.queries)}
+    batch_size = config.batch_size
     steps_per_epoch = (len(examples) + batch_size - 1) // batch_size
 
     def make_batches(epoch: int) -> Iterator[dict[str, torch.Tensor]]:
         order = list(range(len(examples)))
         random.Random(config.seed + epoch).shuffle(order)
         for start in range(0, len(order), batch_size):
-            yield collate([examples[i] for i in order[start:start + batch_size]], model.tokenizer.pad_token_id)
+            yield collate([examples[i] for i in order[start:start + batch_size]], deepct.tokenizer.pad_token_id)
 
-    losses = train(model, make_batches, deepct_loss, config, steps_per_epoch, desc="deepct",
+    losses = train(deepct, make_batches, deepct_loss, config, steps_per_epoch, desc="train deepct",
                    checkpoint_dir=checkpoint_dir)
     if out_dir is not None:
-        out_dir = Path(out_dir)
-        model.save_pretrained(out_dir, base_model=str(model_path), training_examples=len(examples), **card)
-        save_training_log(out_dir, config, losses, batch_size=batch_size, max_length=max_length,
-                          training_examples=len(examples))
-    return model, losses
+        deepct.save_pretrained(out_dir, base_model=name, training_examples=len(examples), **log)
+        save_training_log(out_dir, config, losses, max_length=model.max_length, training_examples=len(examples),
+                          **log)
+    return deepct, losses

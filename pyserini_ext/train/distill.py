@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from pyserini_ext.data import data_home, document_text, load_dataset, read_triples, write_json_collection
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.train.loop import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -446,18 +447,7 @@ def distillation_batches(data: DistillationSet, batch_size: int, group_size: int
         yield DistillBatch(query_texts, passages, torch.tensor(np.stack(teacher)))
 
 
-@dataclass
-class DistillTrainConfig:
-    """How a student is distilled: batch shape, losses, and the learning rate of the new heads."""
-    batch_size: int = 8  # queries per step
-    group_size: int = 4  # candidates per query: the teacher-best and group_size - 1 others
-    kl_weight: float = 1.0  # listwise KL to the teacher ensemble over each query's group
-    in_batch_weight: float = 1.0  # NLL of the teacher-best among all passages of the batch
-    teacher_temperature: float = 1.0  # on the ensemble's z-scores
-    head_learning_rate: float = 1e-3  # new heads learn fast; the pretrained body at TrainConfig.learning_rate
-
-
-def distillation_loss(scores: torch.Tensor, teacher: torch.Tensor, config: DistillTrainConfig) -> torch.Tensor:
+def distillation_loss(scores: torch.Tensor, teacher: torch.Tensor, config: TrainConfig) -> torch.Tensor:
     """KL over each query's own group plus in-batch NLL; `scores` [B, B * group_size], `teacher` [B, group_size]."""
     batch, group = teacher.shape
     own = scores.reshape(batch, batch, group)[torch.arange(batch), torch.arange(batch)]
@@ -465,7 +455,7 @@ def distillation_loss(scores: torch.Tensor, teacher: torch.Tensor, config: Disti
             + config.in_batch_weight * in_batch_nll(scores, group))
 
 
-def steps_per_epoch(data: DistillationSet, config: DistillTrainConfig) -> int:
+def steps_per_epoch(data: DistillationSet, config: TrainConfig) -> int:
     usable = sum(len(c) >= config.group_size for c in data.candidates)
     return usable // config.batch_size
 

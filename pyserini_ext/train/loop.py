@@ -22,7 +22,10 @@ from tqdm.auto import tqdm
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = 5e-5
+    """How any of the three models is trained (the third argument of every `train_<model>`)."""
+    learning_rate: float = 5e-5  # the pretrained body (parameters under `encoder.`)
+    head_learning_rate: float | None = None  # the new heads (all other parameters); None: learning_rate
+    batch_size: int = 16  # queries per step (DeepCT: passages per step)
     epochs: int = 1
     max_steps: int | None = None  # stop early (after this many optimiser steps) when set
     warmup_ratio: float = 0.1
@@ -32,6 +35,25 @@ class TrainConfig:
     device: str = "cpu"
     log_every: int = 10
     checkpoint_every: int = 100
+    # distillation data only (train.distill.DistillationSet): the candidate group of each query and the loss
+    group_size: int = 4  # candidates per query: the teacher-best and group_size - 1 others
+    kl_weight: float = 1.0  # listwise KL to the teacher ensemble over each query's group
+    in_batch_weight: float = 1.0  # NLL of the teacher-best among all passages of the batch
+    teacher_temperature: float = 1.0  # on the ensemble's z-scores
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.group_size < 1:
+            raise ValueError(f"batch_size and group_size must be >= 1, got {self.batch_size}, {self.group_size}")
+
+
+def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
+    """AdamW groups: the pretrained body (`encoder.*`) at config.learning_rate, new heads at head_learning_rate."""
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if config.head_learning_rate is None:
+        return [{"params": [p for _, p in trainable]}]
+    body = [p for n, p in trainable if n.startswith("encoder.")]
+    heads = [p for n, p in trainable if not n.startswith("encoder.")]
+    return [{"params": body}, {"params": heads, "lr": config.head_learning_rate}]
 
 
 def set_seed(seed: int) -> None:
@@ -46,14 +68,11 @@ def train(model: torch.nn.Module,
           config: TrainConfig,
           steps_per_epoch: int,
           desc: str = "train",
-          parameter_groups: list[dict] | None = None,
           checkpoint_dir: str | os.PathLike | None = None) -> list[float]:
     """Train `model` in place; returns the per-step loss curve.
 
     `make_batches(epoch)` yields batches (already on `config.device` or moved by `loss_fn`);
     `loss_fn(model, batch)` returns a scalar loss. Seeding happens before the first batch is made.
-    `parameter_groups` (AdamW groups, e.g. a lower learning rate for a pretrained backbone than for new heads)
-    replaces the default single group of all trainable parameters at `config.learning_rate`.
     """
     from transformers import get_linear_schedule_with_warmup
 
@@ -64,8 +83,8 @@ def train(model: torch.nn.Module,
     if total <= 0:
         raise ValueError("nothing to train on: 0 steps (empty training data?)")
     model.to(config.device).train()
-    groups = parameter_groups or [{"params": [p for p in model.parameters() if p.requires_grad]}]
-    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.learning_rate,
+                                  weight_decay=config.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(total * config.warmup_ratio), total)
     losses: list[float] = []
     checkpoint = Path(checkpoint_dir) / "checkpoint.pt" if checkpoint_dir is not None else None

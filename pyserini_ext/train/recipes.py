@@ -14,13 +14,15 @@ import argparse
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from pyserini_ext.models.backbones import backbone_path
-from pyserini_ext.train.distill import DistillDataConfig, DistillTrainConfig, build_distillation_set
+from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
+from pyserini_ext.train.aligner import AlignerModelConfig, train_aligner
+from pyserini_ext.train.deepct import DeepCTModelConfig, train_deepct
+from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build_distillation_set
 from pyserini_ext.train.loop import TrainConfig
 
 MODELS = ("deepct", "aggretriever", "aligner")
@@ -30,41 +32,29 @@ FOLDERS = {"deepct": "deepct-splade-tiny", "aggretriever": "aggretriever-splade-
 
 @dataclass
 class Recipe:
-    backbone: str
+    model: AggretrieverModelConfig | DeepCTModelConfig | AlignerModelConfig
     train: TrainConfig
-    distill: DistillTrainConfig = field(default_factory=DistillTrainConfig)
-    batch_size: int = 16  # DeepCT only: passages per step
 
 
 RECIPES = {
-    "deepct": Recipe("splade-tiny", TrainConfig(learning_rate=1e-4, epochs=6)),
-    "aggretriever": Recipe("splade-tiny", TrainConfig(learning_rate=2e-5, max_steps=360, warmup_ratio=0.05),
-                           DistillTrainConfig(batch_size=8, group_size=3, head_learning_rate=1e-3)),
-    "aligner": Recipe("splade-tiny", TrainConfig(learning_rate=5e-5, max_steps=1500, warmup_ratio=0.05),
-                      DistillTrainConfig(batch_size=16, group_size=4, head_learning_rate=1e-3)),
+    "deepct": Recipe(DeepCTModelConfig("splade-tiny"), TrainConfig(learning_rate=1e-4, epochs=6, batch_size=16)),
+    "aggretriever": Recipe(AggretrieverModelConfig("splade-tiny", heads="lexical"),
+                           TrainConfig(learning_rate=2e-5, head_learning_rate=1e-3, max_steps=360, warmup_ratio=0.05,
+                                       batch_size=8, group_size=3)),
+    "aligner": Recipe(AlignerModelConfig("splade-tiny"),
+                      TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=1500, warmup_ratio=0.05,
+                                  batch_size=16, group_size=4)),
 }
+TRAINERS = {"deepct": train_deepct, "aggretriever": train_aggretriever, "aligner": train_aligner}
 
 
-def train_model(kind: str, data, output: Path, work: Path, recipe: Recipe) -> Path:
+def train_model(kind: str, data: DistillationSet, output: Path, work: Path, recipe: Recipe) -> Path:
     """Train one model kind into a temporary sibling of `output`, then rename it into place."""
     staging = output.with_name(f".{output.name}.partial")
     if staging.exists():
         shutil.rmtree(staging)
-    checkpoints = work / f"{kind}-checkpoints"
     start = time.time()
-    if kind == "deepct":
-        from pyserini_ext.train.deepct import train_deepct
-        train_deepct(backbone_path(recipe.backbone), None, None, None, staging, recipe.train,
-                     batch_size=recipe.batch_size, distillation=data, checkpoint_dir=checkpoints,
-                     target="teacher-recall")
-    elif kind == "aggretriever":
-        from pyserini_ext.train.aggretriever import distill_aggretriever
-        distill_aggretriever(recipe.backbone, data, staging, recipe.train, distill_config=recipe.distill,
-                             checkpoint_dir=checkpoints)
-    else:
-        from pyserini_ext.train.aligner import distill_aligner
-        distill_aligner(recipe.backbone, data, staging, train_config=recipe.train, distill_config=recipe.distill,
-                        checkpoint_dir=checkpoints)
+    TRAINERS[kind](recipe.model, data, recipe.train, staging, checkpoint_dir=work / f"{kind}-checkpoints")
     log_path = staging / "training_log.json"
     log = json.loads(log_path.read_text())
     log.update(recipe=asdict(recipe), wall_seconds=round(time.time() - start),
@@ -115,15 +105,15 @@ def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
         kinds[query.kind] = kinds.get(query.kind, 0) + 1
     config = DistillDataConfig()
     losses = log["losses"]
-    training = (f"AdamW, learning rate {recipe['train']['learning_rate']} for the backbone"
-                + (f" and {recipe['distill']['head_learning_rate']} for the new heads" if kind != "deepct" else "")
-                + f", linear warm-up {recipe['train']['warmup_ratio']:.0%} and decay, seed {recipe['train']['seed']}")
-    if kind != "deepct":
-        training += (f", {recipe['distill']['batch_size']} queries x {recipe['distill']['group_size']} candidates "
-                     "per step")
+    train = recipe["train"]
+    training = (f"AdamW, learning rate {train['learning_rate']} for the backbone"
+                + (f" and {train['head_learning_rate']} for the new heads" if train["head_learning_rate"] else "")
+                + f", linear warm-up {train['warmup_ratio']:.0%} and decay, seed {train['seed']}")
+    training += (f", {train['batch_size']} passages per step" if kind == "deepct" else
+                 f", {train['batch_size']} queries x {train['group_size']} candidates per step")
     (folder / "README.md").write_text(CARD.format(
         folder=folder.name.removeprefix(".").removesuffix(".partial"), summary=SUMMARIES[kind],
-        backbone=recipe["backbone"], queries=len(data.queries), passages=len(data.corpus),
+        backbone=recipe["model"]["model"], queries=len(data.queries), passages=len(data.corpus),
         kinds=", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
         datasets=", ".join(f"{name} ({'all' if n is None else n})" for name, n in config.datasets.items()),
         seed=config.seed, labelled=", ".join(f"{d} {s}" for d, s in config.labelled_splits.items()) or "none",
