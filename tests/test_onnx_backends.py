@@ -117,3 +117,38 @@ def test_invalid_runtimes_are_named(options, message):
 def test_cuda_without_cuda_is_an_error(aligner_dir):
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         AlignerQueryEncoder(str(aligner_dir), device="cuda:0")
+
+
+def test_index_commands_take_the_backend_and_precision(deepct_dir, aligner_dir, scifact, tmp_path, capsys):
+    """`deepct index` and `aligner index` encode on the runtime their --backend/--precision name."""
+    import json
+    import re
+
+    from pyserini_ext.cli.aligner import main as aligner_cli
+    from pyserini_ext.cli.deepct import main as deepct_cli
+    from pyserini_ext.index.aligner import EncodedCorpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d, "contents": f"{doc['title']} {doc['text']}"}) + "\n"
+                              for d, doc in list(scifact.corpus.items())[:12]))
+    total_tf = {}
+    for backend in ("torch", "onnx"):
+        assert deepct_cli(["index", "--model", str(deepct_dir), "--corpus", str(corpus), "--backend", backend,
+                           "--output", str(tmp_path / f"deepct-{backend}")]) == 0
+        total_tf[backend] = int(re.search(r"total tf (\d+)", capsys.readouterr().out).group(1))
+    assert total_tf["torch"] > 1000 and abs(total_tf["onnx"] - total_tf["torch"]) <= 2  # rounding at 1e-4
+
+    encodings = {}
+    for backend, precision in [("torch", "float32"), ("onnx", "float32"), ("onnx", "int8")]:
+        path = tmp_path / f"aligner-{backend}-{precision}.npz"
+        assert aligner_cli(["index", "--model", str(aligner_dir), "--corpus", str(corpus), "--backend", backend,
+                            "--precision", precision, "--encoded", str(path),
+                            "--output", str(tmp_path / f"aligner-{backend}-{precision}")]) == 0
+        encodings[backend, precision] = EncodedCorpus.load(path).vectors.astype(np.float32)
+    reference = encodings["torch", "float32"]
+    assert np.abs(encodings["onnx", "float32"] - reference).max() <= 1e-3  # float16 store of the cache
+    assert np.abs(encodings["onnx", "int8"] - reference).max() > 1e-3
+    with pytest.raises(SystemExit):  # a usage error, before any work
+        aligner_cli(["index", "--model", str(aligner_dir), "--corpus", str(corpus), "--precision", "int8",
+                     "--output", str(tmp_path / "refused")])
+    assert "use backend='onnx'" in capsys.readouterr().err and not (tmp_path / "refused").exists()

@@ -56,7 +56,6 @@ class AlignerIndexOptions(IndexingOptions):
     nlist: int | None = option(None, help="IVF lists (by default ~4 sqrt(tokens), at most 1024)", min=1)
     pq_m: int | None = option(None, help="PQ sub-quantizers (bytes per token code)", min=1)
     max_length: int | None = option(None, help="document tokens (default: the model's)", min=1)
-    fp16: bool = option(False, help="fp16 autocast (CUDA only)")
     threads: int = option(DEFAULT_THREADS, help="torch and Faiss CPU threads", min=1)
 
     def has_cached_encoding(self) -> bool:
@@ -127,8 +126,8 @@ def train(options: AlignerTrainOptions) -> int:
 
 def index(options: AlignerIndexOptions) -> int:
     from pyserini_ext.cli.options import cap_max_length
+    from pyserini_ext.encode.aligner import AlignerDocumentEncoder
     from pyserini_ext.index.aligner import EncodedCorpus, build_index, encode_corpus
-    from pyserini_ext.models.aligner import AlignerModel
     _threads(options.threads)
     if Path(options.output).exists() and not options.overwrite:  # before the encoding work
         raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
@@ -136,14 +135,16 @@ def index(options: AlignerIndexOptions) -> int:
     if options.corpus or options.dataset:
         corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
     model_path = resolve_model(options.model, "aligner")
-    model = AlignerModel.from_pretrained(model_path, device=options.device)
-    max_length = cap_max_length(options.max_length, model.encoder.config.max_position_embeddings)
+    runtime = options.runtime()
+    encoder = AlignerDocumentEncoder(model_path, device=options.device, backend=runtime.backend,
+                                     precision=runtime.precision)
+    max_length = cap_max_length(options.max_length, encoder.model.encoder.config.max_position_embeddings)
     if options.has_cached_encoding():
         encoded = EncodedCorpus.load(options.encoded)
-        encoded.check_matches(options.encoded, model, corpus, max_length)
+        encoded.check_matches(options.encoded, encoder.model, corpus, max_length)
     else:
-        encoded = encode_corpus(model, corpus, batch_size=options.batch_size, max_length=max_length,
-                                fp16=options.fp16, model_path=str(Path(model_path).resolve()))
+        encoded = encode_corpus(encoder, corpus, batch_size=options.batch_size, max_length=max_length,
+                                model_path=str(Path(model_path).resolve()))
         if options.encoded:
             encoded.save(options.encoded)
     settings = {name: getattr(options, name) for name in ("beta_d", "codec", "candidates", "nlist", "pq_m")

@@ -67,14 +67,14 @@ def train(options: DeepCTTrainOptions) -> None:
 
 
 def index(options: DeepCTIndexOptions) -> None:
+    from pyserini_ext.encode.deepct import RuntimeDeepCTModel
     from pyserini_ext.index.deepct import build_deepct_index
-    from pyserini_ext.models.deepct import DeepCTModel
 
     if Path(options.output).exists() and not options.overwrite:  # before the weighing work
         raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
     corpus = load_dataset(options.dataset).corpus if options.dataset else read_corpus(options.corpus)
-    model = DeepCTModel.from_pretrained(resolve_model(options.model, "deepct")).to(options.device)
-    model.max_length = cap_max_length(options.max_length, model.encoder.config.max_position_embeddings) \
+    model = RuntimeDeepCTModel(resolve_model(options.model, "deepct"), options.runtime())
+    model.model.max_length = cap_max_length(options.max_length, model.model.encoder.config.max_position_embeddings) \
         or model.max_length
     report = build_deepct_index(model, corpus, options.output, scale=options.scale, mode=options.mode,
                                 analyzer=AnalyzerSettings(options.stemmer, options.keep_stopwords),

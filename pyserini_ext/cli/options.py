@@ -166,13 +166,27 @@ class IndexingOptions:
     corpus: str | None = option(None, help="corpus file or folder")
     batch_size: int = option(32, help="texts per forward pass", min=1)
     device: str = option("cpu", help="torch device")
+    backend: str = option("torch", choices=("torch", "onnx"), help="encoder runtime (ONNX Runtime exports the "
+                                                                   "model once, next to it)")
+    precision: str = option("float32", choices=("float32", "bfloat16", "float16", "int8"),
+                            help="bfloat16/float16: torch autocast (float16 on CUDA only); int8: ONNX Runtime "
+                                 "dynamic quantisation (CPU)")
     overwrite: bool = option(False, help="replace an existing index folder")
+
+    def runtime(self):
+        from pyserini_ext.encode.runtime import EncoderRuntime
+
+        return EncoderRuntime(self.backend, self.device, self.precision)
 
     def __post_init__(self):
         if self.dataset is not None and self.corpus is not None:
             raise ValueError("give one of --dataset or --corpus, not both")
         if self.dataset is None and self.corpus is None and not self.has_cached_encoding():
             raise ValueError("give exactly one of --dataset or --corpus")
+        try:  # backend, precision and device that cannot go together are usage errors, before any work
+            self.runtime()
+        except RuntimeError as error:  # CUDA asked for without CUDA
+            raise ValueError(str(error)) from None
 
     def has_cached_encoding(self) -> bool:
         return False

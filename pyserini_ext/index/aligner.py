@@ -103,16 +103,16 @@ class EncodedCorpus:
 
 
 def encode_corpus(model: AlignerModel | AlignerDocumentEncoder, corpus: Mapping[str, Mapping[str, str]],
-                  batch_size: int = 32, max_length: int | None = None, fp16: bool = False, model_path: str = "",
+                  batch_size: int = 32, max_length: int | None = None, model_path: str = "",
                   progress: bool = True) -> EncodedCorpus:
     """Encode every document (title + text). Empty documents are skipped and listed; long ones are truncated.
 
-    `model` may be an `AlignerDocumentEncoder` to encode on its backend and precision (ONNX Runtime, bf16, int8).
+    `model` may be an `AlignerDocumentEncoder` to encode on its runtime (ONNX Runtime; bf16, fp16, int8).
     """
     encoder = model if isinstance(model, AlignerDocumentEncoder) else None
     model = encoder.model if encoder else model
     max_length = max_length or model.config.doc_max_length
-    encode_batch = partial(encoder.encode_batch, max_length=max_length, fp16=fp16) if encoder else None
+    encode_batch = partial(encoder.encode_batch, max_length=max_length) if encoder else None
     docids, texts, skipped = [], [], []
     for docid, doc in corpus.items():
         check_id(docid, "corpus")
@@ -122,8 +122,8 @@ def encode_corpus(model: AlignerModel | AlignerDocumentEncoder, corpus: Mapping[
             texts.append(text)
     if not texts:
         raise ValueError("encode_corpus: every document is empty; nothing to index")
-    encoded = model.encode_texts(texts, DOCUMENT, batch_size=batch_size, max_length=max_length, fp16=fp16,
-                                 progress=progress, encode_batch=encode_batch)
+    encoded = model.encode_texts(texts, DOCUMENT, batch_size=batch_size, max_length=max_length, progress=progress,
+                                 encode_batch=encode_batch)
     lengths = np.array([len(scores) for _, scores in encoded], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     return EncodedCorpus(

@@ -187,27 +187,23 @@ class AlignerModel(nn.Module):
 
     @torch.no_grad()
     def encode_texts(self, texts: Sequence[str], kind: str, batch_size: int = 32, max_length: int | None = None,
-                     fp16: bool = False, progress: bool = False,
+                     progress: bool = False,
                      encode_batch: Callable[[list[str]], EncodedTokens] | None = None
                      ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (token vectors [n, dim] float32, salience pre-activations [n]); padding removed.
 
-        Texts are sorted by length into batches (less padding); fp16 autocasts on CUDA only. `encode_batch`
-        replaces this model's forward (an encoder on another backend or precision, pyserini_ext.encode).
+        Texts are sorted by length into batches (less padding). `encode_batch` replaces this model's float32
+        forward (an encoder on another backend or precision: pyserini_ext.encode.aligner).
         """
         if batch_size < 1:  # range() would silently encode nothing
             raise ValueError(f"batch size must be >= 1, got {batch_size}")
         self.eval()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         results: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(texts)
-        use_fp16 = fp16 and self.device.type == "cuda"
         for start in tqdm(range(0, len(order), batch_size), desc=f"encode {kind}s", disable=not progress):
             chunk = order[start:start + batch_size]
-            if encode_batch is not None:
-                encoded = encode_batch([texts[i] for i in chunk])
-            else:
-                with torch.autocast(self.device.type, dtype=torch.float16, enabled=use_fp16):
-                    encoded = self.encode_batch([texts[i] for i in chunk], kind, max_length)
+            batch = [texts[i] for i in chunk]
+            encoded = encode_batch(batch) if encode_batch else self.encode_batch(batch, kind, max_length)
             lengths = encoded.mask.sum(-1).tolist()
             vectors = encoded.vectors.float().cpu().numpy()
             scores = encoded.salience_scores.float().cpu().numpy()
