@@ -1,11 +1,15 @@
-"""`pyserini-ext aggretriever init|convert|train`: make Pyserini-format Aggretriever folders."""
+"""`pyserini-ext aggretriever init|convert|train|index`: make Pyserini-format Aggretriever folders, and encode a
+corpus into a Pyserini Faiss index (in this process or on Ray workers: `--workers N [--ray-address auto]`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyserini_ext.cli.options import Command, TrainingOptions, command_group, option
+from pyserini_ext.cli.options import Command, IndexingOptions, TrainingOptions, command_group, option
+from pyserini_ext.data import check_output, load_dataset, read_corpus
+from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
 from pyserini_ext.models.aggretriever import POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
+from pyserini_ext.registry import resolve_model
 from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
 
 _DEFAULTS = AggretrieverConfig()
@@ -40,6 +44,12 @@ class AggretrieverTrainOptions(TrainingOptions):
     passage_max_length: int = option(PASSAGE_MAX_LENGTH, help="passage tokens", min=1)
 
 
+@dataclass(kw_only=True)
+class AggretrieverIndexOptions(IndexingOptions):
+    model: str = option(help="Aggretriever model: `aggretriever` (the shipped one), a folder or a hub name")
+    max_length: int = option(DOCUMENT_MAX_LENGTH, help="passage tokens", min=2)
+
+
 def init(options: AggretrieverInitOptions) -> None:
     from transformers import AutoTokenizer
 
@@ -70,8 +80,26 @@ def train(options: AggretrieverTrainOptions) -> None:
     print(f"wrote {options.output}")
 
 
+def index(options: AggretrieverIndexOptions) -> None:
+    """The Faiss flat index `python -m pyserini.encode ... --to-faiss` writes, here or on Ray workers."""
+    from pyserini_ext.index.scale import encode_locally, encode_on_ray
+
+    check_output(options.output, options.overwrite)  # before the encoding work
+    corpus = load_dataset(options.dataset).corpus if options.dataset else read_corpus(options.corpus)
+    model = resolve_model(options.model, "aggretriever")
+    settings = options.ray_options(max_length=options.max_length)
+    if options.on_ray():
+        encode_on_ray("aggretriever", model, corpus, options.output, options.workers, ray_address=options.ray_address,
+                      options=settings)
+    else:
+        encode_locally("aggretriever", model, corpus, options.output, settings)
+    print(f"encoded {len(corpus)} documents -> {options.output}")
+
+
 main = command_group("pyserini-ext aggretriever", __doc__, {
     "init": Command("new Aggretriever heads on a masked-LM backbone", AggretrieverInitOptions, init),
+    "index": Command("encode a corpus into a Pyserini Faiss flat index (optionally on Ray)", AggretrieverIndexOptions,
+                     index),
     "convert": Command("castorini/dhr training-repo checkpoint -> Pyserini format", AggretrieverConvertOptions,
                        convert),
     "train": Command("train on a BEIR dataset's qrels, or distil the packaged teachers on its corpus",

@@ -61,6 +61,11 @@ class AlignerIndexOptions(IndexingOptions):
     def has_cached_encoding(self) -> bool:
         return bool(self.encoded) and Path(self.encoded).is_file()
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.encoded and self.on_ray():
+            raise ValueError("--encoded caches a one-process encoding; leave it out with --workers/--ray-address")
+
 
 @dataclass(kw_only=True)
 class AlignerSearchOptions(SearchOptions):
@@ -135,21 +140,29 @@ def index(options: AlignerIndexOptions) -> int:
     if options.corpus or options.dataset:
         corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
     model_path = resolve_model(options.model, "aligner")
-    runtime = options.runtime()
-    encoder = AlignerDocumentEncoder(model_path, device=options.device, backend=runtime.backend,
-                                     precision=runtime.precision)
-    max_length = cap_max_length(options.max_length, encoder.model.encoder.config.max_position_embeddings)
-    if options.has_cached_encoding():
-        encoded = EncodedCorpus.load(options.encoded)
-        encoded.check_matches(options.encoded, encoder.model, corpus, max_length)
-    else:
-        encoded = encode_corpus(encoder, corpus, batch_size=options.batch_size, max_length=max_length,
-                                model_path=str(Path(model_path).resolve()))
-        if options.encoded:
-            encoded.save(options.encoded)
     settings = {name: getattr(options, name) for name in ("beta_d", "codec", "candidates", "nlist", "pq_m")
                 if getattr(options, name) is not None}
-    folder = build_index(encoded, options.output, overwrite=options.overwrite, **settings)
+    if options.on_ray():
+        from pyserini_ext.index.scale import encode_on_ray
+
+        folder = encode_on_ray("aligner", model_path, corpus, options.output, options.workers,
+                               ray_address=options.ray_address,
+                               options=options.ray_options(max_length=options.max_length,
+                                                           overwrite=options.overwrite, **settings))
+    else:
+        runtime = options.runtime()
+        encoder = AlignerDocumentEncoder(model_path, device=options.device, backend=runtime.backend,
+                                         precision=runtime.precision)
+        max_length = cap_max_length(options.max_length, encoder.model.encoder.config.max_position_embeddings)
+        if options.has_cached_encoding():
+            encoded = EncodedCorpus.load(options.encoded)
+            encoded.check_matches(options.encoded, encoder.model, corpus, max_length)
+        else:
+            encoded = encode_corpus(encoder, corpus, batch_size=options.batch_size, max_length=max_length,
+                                    model_path=str(Path(model_path).resolve()))
+            if options.encoded:
+                encoded.save(options.encoded)
+        folder = build_index(encoded, options.output, overwrite=options.overwrite, **settings)
     metadata = json.loads((folder / "metadata.json").read_text())
     print(json.dumps({"index": str(folder), "counts": metadata["counts"],
                       "bytes_per_token": round(metadata["bytes_per_token"], 2)}))

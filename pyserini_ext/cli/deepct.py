@@ -73,12 +73,22 @@ def index(options: DeepCTIndexOptions) -> None:
     if Path(options.output).exists() and not options.overwrite:  # before the weighing work
         raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
     corpus = load_dataset(options.dataset).corpus if options.dataset else read_corpus(options.corpus)
-    model = RuntimeDeepCTModel(resolve_model(options.model, "deepct"), options.runtime())
+    model_path = resolve_model(options.model, "deepct")
+    analyzer = AnalyzerSettings(options.stemmer, options.keep_stopwords)
+    if options.on_ray():
+        from pyserini_ext.index.scale import encode_on_ray
+
+        encode_on_ray("deepct", model_path, corpus, options.output, options.workers, ray_address=options.ray_address,
+                      options=options.ray_options(max_length=options.max_length, scale=options.scale,
+                                                  mode=options.mode, analyzer=analyzer,
+                                                  overwrite=options.overwrite))
+        print(f"indexed {len(corpus)} documents on {options.workers} Ray workers -> {options.output}")
+        return
+    model = RuntimeDeepCTModel(model_path, options.runtime())
     model.model.max_length = cap_max_length(options.max_length, model.model.encoder.config.max_position_embeddings) \
         or model.max_length
     report = build_deepct_index(model, corpus, options.output, scale=options.scale, mode=options.mode,
-                                analyzer=AnalyzerSettings(options.stemmer, options.keep_stopwords),
-                                batch_size=options.batch_size, overwrite=options.overwrite,
+                                analyzer=analyzer, batch_size=options.batch_size, overwrite=options.overwrite,
                                 model_name=str(options.model))
     print(f"indexed {report.documents} documents ({report.empty_documents} empty), total tf {report.total_tf}, "
           f"in {report.seconds:.0f}s -> {options.output}")

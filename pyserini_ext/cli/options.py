@@ -172,6 +172,17 @@ class IndexingOptions:
                             help="bfloat16/float16: torch autocast (float16 on CUDA only); int8: ONNX Runtime "
                                  "dynamic quantisation (CPU)")
     overwrite: bool = option(False, help="replace an existing index folder")
+    workers: int = option(1, help="encode on this many Ray actors (one model load each; a local Ray is started "
+                                  "unless --ray-address); the index equals the one-process build", min=1)
+    ray_address: str | None = option(None, help="join this Ray cluster (`auto`, or ray://HOST:PORT) to encode")
+
+    def on_ray(self) -> bool:
+        return self.workers > 1 or self.ray_address is not None
+
+    def ray_options(self, **writer) -> dict:
+        """encode_on_ray's options: the runtime, batch size and the index writer's settings."""
+        return {"device": self.device, "batch_size": self.batch_size,
+                "runtime": {"backend": self.backend, "precision": self.precision}, **writer}
 
     def runtime(self):
         from pyserini_ext.encode.runtime import EncoderRuntime

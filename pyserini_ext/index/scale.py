@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 KINDS = ("aggretriever", "deepct", "aligner")
 
@@ -32,6 +33,8 @@ class ShardEncoder:
             from pyserini_ext.encode.deepct import RuntimeDeepCTModel
             from pyserini_ext.encode.runtime import EncoderRuntime
             self.encoder = RuntimeDeepCTModel(model, EncoderRuntime(device=device, **options.get("runtime", {})))
+            if options.get("max_length"):
+                self.encoder.model.max_length = options["max_length"]
         else:
             from pyserini_ext.encode.aligner import AlignerDocumentEncoder
             self.encoder = AlignerDocumentEncoder(model, device=device, **options.get("runtime", {}))
@@ -39,13 +42,14 @@ class ShardEncoder:
     def encode(self, docs: list[tuple[str, Mapping[str, str]]]):
         if self.kind == "aggretriever":
             batch = self.options.get("batch_size", 32)
-            return np.concatenate([self.encoder.encode([d["text"] for _, d in docs[i:i + batch]],
-                                                       titles=[d["title"] for _, d in docs[i:i + batch]],
+            starts = tqdm(range(0, len(docs), batch), desc="encode documents", disable=not self.options.get("progress"))
+            return np.concatenate([self.encoder.encode([d.get("text", "") for _, d in docs[i:i + batch]],
+                                                       titles=[d.get("title", "") for _, d in docs[i:i + batch]],
                                                        max_length=self.options.get("max_length", 512))
-                                   for i in range(0, len(docs), batch)])
+                                   for i in starts])
         if self.kind == "deepct":
             from pyserini_ext.data import document_text
-            return self.encoder.word_weights([document_text(d) for _, d in docs])
+            return self.encoder.word_weights([document_text(d) for _, d in docs], self.options.get("batch_size", 64))
         from pyserini_ext.index.aligner import encode_corpus
         return encode_corpus(self.encoder, dict(docs), progress=False, max_length=self.options.get("max_length"))
 
@@ -63,7 +67,7 @@ def encode_on_ray(kind: str, model: str | os.PathLike, corpus: Mapping[str, Mapp
 
     ray_address: None starts a local Ray (or joins the one this process already started); "auto" or
     "ray://host:port" joins a cluster. options: device, batch_size, max_length, runtime (EncoderRuntime fields),
-    and for the index writers: deepct {scale, mode}, aligner {beta_d, codec, candidates, pq_m, nlist}.
+    and for the index writers: deepct {scale, mode, analyzer}, aligner {beta_d, codec, candidates, pq_m, nlist}.
     """
     import ray
     from ray.util import ActorPool
@@ -73,6 +77,8 @@ def encode_on_ray(kind: str, model: str | os.PathLike, corpus: Mapping[str, Mapp
     if not corpus:
         raise ValueError("encode_on_ray: the corpus is empty")
     options = dict(options or {})
+    if kind == "deepct":  # the driver writes Lucene: the JVM must start before Ray's threads (after them it crashes)
+        import pyserini.index.lucene  # noqa: F401
     if not ray.is_initialized():
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= workers else 0
@@ -83,6 +89,19 @@ def encode_on_ray(kind: str, model: str | os.PathLike, corpus: Mapping[str, Mapp
     pool = ActorPool([actor.remote(kind, model, options) for _ in range(workers)])
     parts = list(pool.map(lambda a, shard: a.encode.remote(shard), _shards(corpus, shards or 4 * workers)))
     return _write(kind, model, corpus, parts, Path(output), options)
+
+
+def encode_locally(kind: str, model: str | os.PathLike, corpus: Mapping[str, Mapping[str, str]],
+                   output: str | os.PathLike, options: dict | None = None) -> Path:
+    """What `encode_on_ray` builds, in this process (the reference the Ray path is tested against)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; known: {', '.join(KINDS)}")
+    if not corpus:
+        raise ValueError("encode_locally: the corpus is empty")
+    options = {"progress": True, **(options or {})}
+    model = str(model)
+    return _write(kind, model, corpus, [ShardEncoder(kind, model, options).encode(list(corpus.items()))],
+                  Path(output), options)
 
 
 def _write(kind: str, model: str, corpus: Mapping[str, Mapping[str, str]], parts: list, output: Path,
@@ -98,10 +117,13 @@ def _write(kind: str, model: str, corpus: Mapping[str, Mapping[str, str]], parts
     if kind == "deepct":
         from pyserini_ext.index.deepct import build_deepct_index
         from pyserini_ext.models.deepct import DeepCTModel
+        from pyserini_ext.models.deepct_terms import DEFAULT_ANALYZER
 
         max_length = options.get("max_length") or DeepCTModel.from_pretrained(model).max_length
         build_deepct_index(_PrecomputedWeights([w for part in parts for w in part], max_length), corpus, output,
-                           scale=options.get("scale", 100.0), mode=options.get("mode", "linear"), model_name=model)
+                           scale=options.get("scale", 100.0), mode=options.get("mode", "linear"),
+                           analyzer=options.get("analyzer", DEFAULT_ANALYZER), model_name=model,
+                           overwrite=options.get("overwrite", False))
         return output
     from pyserini_ext.index.aligner import EncodedCorpus, build_index
 
@@ -113,7 +135,8 @@ def _write(kind: str, model: str, corpus: Mapping[str, Mapping[str, str]], parts
         salience_scores=np.concatenate([p.salience_scores for p in parts]),
         model_info={**parts[0].model_info, "path": model}, truncated=sum(p.truncated for p in parts),
         skipped_empty=[d for p in parts for d in p.skipped_empty])
-    index_options = {k: options[k] for k in ("beta_d", "codec", "candidates", "pq_m", "nlist") if k in options}
+    index_options = {k: options[k] for k in ("beta_d", "codec", "candidates", "pq_m", "nlist", "overwrite")
+                     if k in options}
     return build_index(merged, output, progress=False, **index_options)
 
 

@@ -1,0 +1,82 @@
+"""Compare trained Aggretriever / AligneR folders on development queries only, by reranking their candidates.
+
+    python scripts/dev_rerank.py --cache runs/models/distillation MODEL_DIR [MODEL_DIR ...]
+
+The two labelled development sets of scripts/choose_ensemble.py (no test query is read): the MS MARCO triples
+sample (100 queries that no trainer sees; candidates = their two passages + BM25's top 30 of the DL19 subset's
+passages) and SciFact train (809 queries, in the training set, so it flatters models that fit it; candidates =
+the distillation set's teacher candidates). nDCG@10 (ir_measures) of each model's scores over the candidates,
+next to the teacher ensemble's. The model kind is read from the folder.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from choose_ensemble import rerank_ndcg, triples_development_set
+
+from pyserini_ext.data import document_text
+from pyserini_ext.models.folder import identify
+from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build_distillation_set
+
+
+def passage_scorer(folder: Path):
+    """(queries, passages) -> [len(queries), len(passages)] scores of the model in `folder`."""
+    kind = identify(folder)[0]
+    if kind == "aggretriever":
+        from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
+        documents = AggretrieverDocumentEncoder(str(folder), backend="onnx")
+        queries = AggretrieverQueryEncoder(str(folder), backend="onnx")
+
+        def score(query_texts: list[str], passage_texts: list[str]) -> np.ndarray:
+            q = np.stack([queries.encode(t) for t in query_texts])
+            p = np.concatenate([documents.encode(passage_texts[i:i + 32], max_length=256)
+                                for i in range(0, len(passage_texts), 32)])
+            return q @ p.T
+        return score
+    if kind == "aligner":
+        from pyserini_ext.models.aligner import AlignerModel
+        from pyserini_ext.train.aligner import batch_scores
+        model = AlignerModel.from_pretrained(folder).eval()
+
+        def score(query_texts: list[str], passage_texts: list[str]) -> np.ndarray:
+            with torch.no_grad():
+                return torch.cat([batch_scores(model, query_texts, passage_texts[i:i + 32])
+                                  for i in range(0, len(passage_texts), 32)], dim=1).numpy()
+        return score
+    raise ValueError(f"{folder}: a {kind} folder; this script reranks with Aggretriever and AligneR models")
+
+
+def model_scores(score, data: DistillationSet, indices: list[int]) -> dict[int, np.ndarray]:
+    """Query index -> the model's scores over its candidates (every passage encoded once)."""
+    passages = sorted({d for i in indices for d in data.candidates[i]})
+    position = {d: j for j, d in enumerate(passages)}
+    matrix = score([data.queries[i].text for i in indices], [document_text(data.corpus[d]) for d in passages])
+    return {i: matrix[row, [position[d] for d in data.candidates[i]]] for row, i in enumerate(indices)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--cache", type=Path, default=Path("runs/models/distillation"))
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    training = build_distillation_set(DistillDataConfig(), args.cache)
+    sets = {"MS MARCO triples": triples_development_set(args.cache / "triples-dev"), "SciFact train": training}
+    indices = {"MS MARCO triples": list(range(len(sets["MS MARCO triples"].queries))),
+               "SciFact train": [i for i, q in enumerate(training.queries) if q.kind == "labelled"]}
+    print(f"{'ranking':<60}" + "".join(f"{name:>20}" for name in sets) + f"{'mean':>10}")
+    rows = {"teacher ensemble": [rerank_ndcg(data, data.ensemble(), indices[name]) for name, data in sets.items()]}
+    for folder in args.models:
+        score = passage_scorer(folder)
+        rows[str(folder)] = [rerank_ndcg(data, model_scores(score, data, indices[name]), indices[name])
+                             for name, data in sets.items()]
+    for name, row in rows.items():
+        print(f"{name:<60}" + "".join(f"{v:>20.4f}" for v in row) + f"{np.mean(row):>10.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
