@@ -19,7 +19,6 @@ import faiss
 import ir_measures
 import numpy as np
 import torch
-from bench_aggretriever import demo_model
 from ir_measures import nDCG
 
 from pyserini_ext.data import load_dataset
@@ -125,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=800)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--aggretriever", help="Aggretriever folder (default: the lexical-only demo model)")
+    parser.add_argument("--aggretriever", help="Aggretriever folder (default: the shipped one)")
     parser.add_argument("--deepct", help="DeepCT folder (default: the shipped one)")
     parser.add_argument("--aligner", help="AligneR folder (default: the shipped one)")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
@@ -139,14 +138,14 @@ def main() -> None:
     aligner_dir = _model("aligner", args.aligner, "aligner_config.json")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        agg_dir = args.aggretriever or demo_model(Path(tmp) / "aggretriever")
+        agg_dir = _model("aggretriever", args.aggretriever, "aggretriever_config.json")
         onnx_dir = str(Path(tmp) / "onnx")
         results["Aggretriever"] = aggretriever(agg_dir, corpus, queries, settings, onnx_dir + "-agg")
         results["DeepCT"] = deepct(deepct_dir, corpus, queries, settings, onnx_dir + "-deepct", tmp)
         results["AligneR"] = aligner(aligner_dir, corpus, queries, settings, onnx_dir + "-aligner", tmp)
     print(f"SciFact test: {len(queries)} queries, {len(corpus)} documents (all judged ones + first others by "
           f"docid), {args.threads} threads; models: Aggretriever "
-          f"{Path(args.aggretriever).name if args.aggretriever else 'splade-tiny lexical-only demo'}, "
+          f"{Path(agg_dir).name}, "
           f"DeepCT {Path(deepct_dir).name}, AligneR {Path(aligner_dir).name}")
     print(f"{'model':13} {'setting':11} {'max abs diff':>13} {'nDCG@10':>8} {'delta (points)':>15} {'seconds':>8}")
     rows = {}

@@ -35,9 +35,13 @@ def main() -> None:
         runs.append(run("bench_query_latency.py", ["--queries", "300"], tmp / "query.json"))
         runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))
         runs.append(run("bench_aligner_search.py", ["--docs", docs], tmp / "aligner.json"))
+        runs.append(run("bench_scale_ray.py", ["--docs", "64" if args.quick else "600"], tmp / "ray.json"))
         deepct = subprocess.run([sys.executable, str(HERE / "bench_deepct_index.py"), "--docs", docs],
                                 check=True, capture_output=True, text=True, cwd=HERE).stdout
         print(deepct)
+        startup = subprocess.run([sys.executable, str(HERE / "bench_startup.py"), "--runs", "3" if args.quick else "5"],
+                                 check=True, capture_output=True, text=True, cwd=HERE).stdout
+        print(startup)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,7 +57,7 @@ def main() -> None:
     figure.tight_layout()
     figure.savefig(DOCS / "bench.png", dpi=100)
     printed = "\n".join(text for text, _ in runs) + "\n$ python bench/bench_deepct_index.py --docs " + docs + \
-        "\n" + deepct
+        "\n" + deepct + "\n$ python bench/bench_startup.py\n" + startup
     (DOCS / "bench.md").write_text(
         "# Benchmarks (`make bench`)\n\n"
         f"Written by `bench/make_report.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; every figure "
