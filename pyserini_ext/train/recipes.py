@@ -39,7 +39,7 @@ class Recipe:
 RECIPES = {
     "deepct": Recipe(DeepCTModelConfig("splade-tiny"), TrainConfig(learning_rate=1e-4, epochs=6, batch_size=16)),
     "aggretriever": Recipe(AggretrieverModelConfig("splade-tiny", heads="lexical"),
-                           TrainConfig(learning_rate=2e-5, head_learning_rate=1e-3, max_steps=360, warmup_ratio=0.05,
+                           TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=960, warmup_ratio=0.05,
                                        batch_size=8, group_size=3)),
     "aligner": Recipe(AlignerModelConfig("splade-tiny"),
                       TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=1500, warmup_ratio=0.05,
