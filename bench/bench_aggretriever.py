@@ -58,10 +58,11 @@ def pyserini_encoder(model_dir: str, side: str = "document"):
     from transformers import AutoConfig, AutoTokenizer
 
     from pyserini_ext.models.aggretriever import _read_state_dict
+    from pyserini_ext.models.folder import open_model_folder
 
     config = AutoConfig.from_pretrained(model_dir, output_hidden_states=True)
     model = agg.BertAggretrieverEncoder(config)
-    model.load_state_dict(_read_state_dict(Path(model_dir)))
+    model.load_state_dict(_read_state_dict(open_model_folder(model_dir, "aggretriever").weights))
     cls = agg.AggretrieverDocumentEncoder if side == "document" else agg.AggretrieverQueryEncoder
     encoder = cls.__new__(cls)
     encoder.model, encoder.device, encoder.has_model = model.eval(), "cpu", True
