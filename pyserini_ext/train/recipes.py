@@ -59,7 +59,8 @@ def train_model(kind: str, data: DistillationSet, output: Path, work: Path, reci
     log = json.loads(log_path.read_text())
     log.update(recipe=asdict(recipe), wall_seconds=round(time.time() - start),
                command=f"python -m pyserini_ext.train.recipes --only {kind}")
-    log_path.write_text(json.dumps(log, indent=1, default=lambda config: config.to_dict()))  # AggretrieverConfig: no dataclass
+    # an AggretrieverConfig in the recipe is no dataclass: written through its to_dict()
+    log_path.write_text(json.dumps(log, indent=1, default=lambda config: config.to_dict()))
     write_model_card(kind, staging, log, data)
     if output.exists():
         shutil.rmtree(output)
