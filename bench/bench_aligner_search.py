@@ -1,12 +1,15 @@
 """AligneR search vs a Faiss flat single-vector search over the same corpus, one thread, one run.
 
-SciFact test queries and a corpus of every document judged for them plus the first others by docid up to
-`--docs`, encoded once with the AligneR model. Indexes: exact (float16 vectors, flat token candidates) and
-compressed (residual-PQ codes, PLAID-style centroid candidates: no second index). The single-vector baseline is
-Faiss IndexFlatIP over AligneR's pooled document vectors (what `--encoder-class aligner` gives Pyserini).
-Latency is per query from encoded query vectors to the top 10 (query encoding excluded on both sides).
+SciFact queries of `--split` (test for the figures; train to choose settings) and a corpus of every document
+judged for them plus the first others by docid up to `--docs`, encoded once with the AligneR model. Indexes: exact
+(float16 vectors, flat token candidates) and compressed (residual-PQ codes, PLAID-style centroid candidates: no
+second index), one per `--compressed` setting. The single-vector baseline is Faiss IndexFlatIP over AligneR's
+pooled document vectors (what `--encoder-class aligner` gives Pyserini). Latency is per query from encoded query
+vectors to the top 10 (query encoding excluded on both sides).
 
     .venv/bin/python bench/bench_aligner_search.py --docs 1000
+    .venv/bin/python bench/bench_aligner_search.py --split train --queries 300 \
+        --compressed pq16x8,nprobe4 pq32x4,nprobe4 pq32x8,nprobe8    # how the default was chosen
 """
 from __future__ import annotations
 
@@ -38,14 +41,41 @@ def timed_search(search, items) -> tuple[dict, np.ndarray]:
     return run, np.array(latencies) * 1000
 
 
+DEFAULT_COMPRESSED = "pq16x8,nprobe4"
+
+
+def compressed_setting(text: str) -> dict:
+    """'pq32x4,nprobe8[,nlist1024]' -> build and open options of a residual-PQ + centroid index."""
+    setting = {"name": text}
+    try:
+        for part in text.lower().split(","):
+            if part.startswith("pq"):
+                setting["pq_m"], setting["pq_bits"] = (int(v) for v in part[2:].split("x"))
+            elif part.startswith("nprobe"):
+                setting["nprobe"] = int(part[6:])
+            elif part.startswith("nlist"):
+                setting["nlist"] = int(part[5:])
+            else:
+                raise ValueError(part)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cannot parse {text!r}; use e.g. pq16x8,nprobe4 or pq32x4,nprobe8,nlist512"
+                                         ) from None
+    if "pq_m" not in setting or "nprobe" not in setting:
+        raise argparse.ArgumentTypeError(f"{text!r}: needs both pqMxBITS and nprobeN")
+    return setting
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--aligner", help="AligneR folder (default: the shipped one)")
     parser.add_argument("--beta-d", type=float, default=0.4, help="document tokens kept (the docs' default)")
-    parser.add_argument("--pq-m", type=int, default=16)
-    parser.add_argument("--pq-bits", type=int, default=8)
-    parser.add_argument("--nprobe", type=int, default=4, help="centroids probed per query token")
+    parser.add_argument("--split", default="test", help="SciFact split of the queries (train: to choose settings)")
+    parser.add_argument("--queries", type=int, help="the first N queries of the split by id (default: all)")
+    parser.add_argument("--compressed", nargs="+", type=compressed_setting,
+                        default=[compressed_setting(DEFAULT_COMPRESSED)],
+                        help="residual-PQ settings pqMxBITS,nprobeN[,nlistN] (nprobe: centroids probed per query "
+                             f"token; nlist default: the index's); default {DEFAULT_COMPRESSED}")
     parser.add_argument("--neighbours", type=int, default=256, help="documents kept by the centroid stage")
     parser.add_argument("--encoded", help="cache of the corpus encoding (EncodedCorpus .npz), reused if present")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
@@ -53,7 +83,7 @@ def main() -> None:
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
     model_dir = _model("aligner", args.aligner, "aligner_config.json")
-    corpus, queries, qrels = subset(load_dataset("scifact"), args.docs)
+    corpus, queries, qrels = subset(load_dataset("scifact"), args.docs, args.split, args.queries)
     model = AlignerModel.from_pretrained(model_dir)
     if args.encoded and Path(args.encoded).is_file():
         encoded = EncodedCorpus.load(args.encoded)
@@ -78,11 +108,13 @@ def main() -> None:
 
         run, ms = timed_search(single_vector, zip(queries, pooled_queries))
         rows["Faiss flat, pooled single vector"] = {"run": run, "ms": ms, "bytes_per_token": None}
-        compressed = {"codec": "residual-pq", "candidates": "centroid", "pq_m": args.pq_m, "pq_bits": args.pq_bits}
-        for name, options, open_options in (
-                ("AligneR exact (float16, flat)", {}, {}),
-                (f"AligneR residual-PQ{args.pq_m}x{args.pq_bits} + centroid", compressed, {"nprobe": args.nprobe})):
-            folder = build_index(encoded, Path(tmp) / name.split()[1], beta_d=args.beta_d, progress=False, **options)
+        indexes = [("AligneR exact (float16, flat)", {}, {})]
+        for setting in args.compressed:
+            build = {"codec": "residual-pq", "candidates": "centroid", "pq_m": setting["pq_m"],
+                     "pq_bits": setting["pq_bits"], "nlist": setting.get("nlist")}
+            indexes.append((f"AligneR {setting['name']} + centroid", build, {"nprobe": setting["nprobe"]}))
+        for number, (name, options, open_options) in enumerate(indexes):
+            folder = build_index(encoded, Path(tmp) / str(number), beta_d=args.beta_d, progress=False, **options)
             index = AlignerIndex.open(folder, **open_options)
             searcher = AlignerSearcher(index, model, neighbours=args.neighbours if options else 256)
 
@@ -93,8 +125,8 @@ def main() -> None:
             rows[name] = {"run": run, "ms": ms, "bytes_per_token": index.bytes_per_token()}
     base = np.percentile(rows["Faiss flat, pooled single vector"]["ms"], 50)
     exact = ndcg10(qrels, rows["AligneR exact (float16, flat)"]["run"])
-    print(f"AligneR {Path(model_dir).name}, SciFact test: {len(queries)} queries, {len(corpus)} documents "
-          f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), one thread; centroid stage: nprobe {args.nprobe}, "
+    print(f"AligneR {Path(model_dir).name}, SciFact {args.split}: {len(queries)} queries, {len(corpus)} documents "
+          f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), one thread; centroid stage: "
           f"{args.neighbours} documents to exact scoring")
     print(f"{'':38} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10}")
     report = {}

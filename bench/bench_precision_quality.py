@@ -42,9 +42,12 @@ def _model(kind: str, given: str | None, marker: str) -> str:
     return str(found[0])
 
 
-def subset(dataset, docs: int):
-    qrels = dataset.qrels("test")
-    queries = {q: dataset.queries[q] for q in qrels if q in dataset.queries}
+def subset(dataset, docs: int, split: str = "test", first_queries: int | None = None):
+    """The split's queries (the first N by id if given), every document judged for them, then others by docid."""
+    qrels = dataset.qrels(split)
+    kept = sorted(q for q in qrels if q in dataset.queries)[:first_queries]
+    qrels = {q: qrels[q] for q in kept}
+    queries = {q: dataset.queries[q] for q in kept}
     judged = {d for judgements in qrels.values() for d in judgements}
     others = [d for d in sorted(dataset.corpus) if d not in judged]
     docids = sorted(judged) + others[:max(0, docs - len(judged))]

@@ -1,6 +1,7 @@
 """AligneR maths and model: entropy top-k, alignment scoring, salience, model folder round trip, bad input."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -192,6 +193,23 @@ def test_model_folder_round_trip(model, tmp_path):
     a, b = model.encode_texts(texts, DOCUMENT), loaded.encode_texts(texts, DOCUMENT)
     for (va, sa), (vb, sb) in zip(a, b):
         assert (va == vb).all() and (sa == sb).all()
+
+
+def test_model_folder_with_float16_encoder_weights(model, tmp_path):
+    """A shipped folder may store the encoder in float16 (half the bytes); it loads back as float32 and encodes
+    within float16 rounding of the original."""
+    model.save_pretrained(tmp_path / "full")
+    model.save_pretrained(tmp_path / "half", encoder_dtype=torch.float16)
+    full, half = (tmp_path / "full" / "model.safetensors").stat().st_size, \
+        (tmp_path / "half" / "model.safetensors").stat().st_size
+    assert 0.45 < half / full < 0.55
+    loaded = AlignerModel.from_pretrained(tmp_path / "half")
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    assert loaded.fingerprint() != model.fingerprint()  # the rounded weights are another model
+    texts = ["protein folding", "vitamin D and bone density"]
+    for (va, sa), (vb, sb) in zip(model.encode_texts(texts, DOCUMENT), loaded.encode_texts(texts, DOCUMENT)):
+        assert va.shape == vb.shape
+        assert 0 < np.abs(va - vb).max() < 5e-3 and np.abs(sa - sb).max() < 5e-3
 
 
 def test_model_bad_input(model, tmp_path):

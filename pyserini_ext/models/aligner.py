@@ -117,7 +117,8 @@ class AlignerModel(nn.Module):
         config = AlignerConfig.from_dict(checked.settings)
         tokenizer = load_tokenizer(folder)
         try:
-            model = cls(AutoModel.from_pretrained(str(folder)), tokenizer, config)
+            # float32 whatever the stored dtype (a shipped folder may hold float16 weights to stay small)
+            model = cls(AutoModel.from_pretrained(str(folder), dtype=torch.float32), tokenizer, config)
             heads = load_file(str(folder / ALIGNER_HEADS_FILE))
             for name in HEADS:
                 getattr(model, name).load_state_dict(
@@ -127,11 +128,18 @@ class AlignerModel(nn.Module):
                                    ) from None
         return model.to(device).eval()
 
-    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+    def save_pretrained(self, out_dir: str | os.PathLike, encoder_dtype: torch.dtype | None = None) -> Path:
+        """encoder_dtype: store the encoder's weights in this dtype (e.g. float16 to halve a shipped folder);
+        they load back as float32. The heads stay float32."""
         from safetensors.torch import save_file
 
         with saving(out_dir) as folder:
-            self.encoder.save_pretrained(folder)
+            if encoder_dtype is None:
+                self.encoder.save_pretrained(folder)
+            else:
+                self.encoder.save_pretrained(folder, state_dict={
+                    k: v.to(encoder_dtype) if v.is_floating_point() else v
+                    for k, v in self.encoder.state_dict().items()})
             self.tokenizer.save_pretrained(folder)
             save_file({f"{name}.{key}": value.detach().cpu().contiguous()
                        for name in HEADS for key, value in getattr(self, name).state_dict().items()},

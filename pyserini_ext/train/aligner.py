@@ -35,6 +35,7 @@ class AlignerModelConfig:
     model: str  # packaged backbone name, or a folder / hub name
     architecture: AlignerConfig | None = None  # saliences, sparsity, lengths (default: AlignerConfig())
     temperature: float = 0.05  # alignment scores are divided by it in either loss's softmax
+    store_dtype: str = "float32"  # "float16" halves the saved encoder weights (they load back as float32)
 
 
 @dataclass
@@ -103,7 +104,7 @@ def train_aligner(model: AlignerModelConfig, data: LabelledData | DistillationSe
 
     losses = train(aligner, make_batches, loss_fn, config, steps, desc="train aligner", checkpoint_dir=checkpoint_dir)
     if out_dir is not None:
-        aligner.save_pretrained(out_dir)
+        aligner.save_pretrained(out_dir, encoder_dtype=getattr(torch, model.store_dtype))
         save_training_log(out_dir, config, losses, backbone=name, temperature=model.temperature,
                           last10_mean_loss=float(sum(losses[-10:]) / len(losses[-10:])), **log)
     return aligner, losses
