@@ -13,10 +13,10 @@ Candidate generators (`CANDIDATES`): `build(files, vectors, codec, doc_of_token,
   ivfpq     a token-level Faiss IVF-PQ index (candidates.faiss, about 42 bytes per token).
   hnsw      a token-level Faiss HNSW index (candidates.faiss).
   centroid  PLAID-style, from the centroid ids the residual-pq codes already hold: inverted lists centroid ->
-            documents (centroid_docs.npy, int32, one entry per distinct (centroid, document)), then the
-            documents under the `nprobe` nearest centroids of each query token are ranked by their centroid
-            approximation (sum over query tokens of weight x max over the document's tokens of q . centroid)
-            and the best `neighbours` go on to exact scoring.
+            documents (centroid_docs.npy, uint16 below 65536 documents else int32, one entry per distinct
+            (centroid, document)), then the documents under the `nprobe` nearest centroids of each query token
+            are ranked by their centroid approximation (sum over query tokens of weight x max over the
+            document's tokens of q . centroid) and the best `neighbours` go on to exact scoring.
 """
 from __future__ import annotations
 
@@ -286,7 +286,9 @@ class CentroidCandidates(CandidateGenerator):
         pairs = np.unique(centroid_ids * (int(doc_of_token.max(initial=0)) + 1) + doc_of_token)  # (centroid, doc)
         lists, docs = np.divmod(pairs, int(doc_of_token.max(initial=0)) + 1)
         nlist = codec.options()["nlist"]
-        files.save("centroid_docs.npy", docs.astype(np.int32))
+        # document rows in the narrowest type that holds them: 2 bytes per entry below 65536 documents
+        files.save("centroid_docs.npy", docs.astype(np.uint16 if len(doc_of_token) and doc_of_token.max() < 1 << 16
+                                                    else np.int32))
         files.save("centroid_offsets.npy", np.searchsorted(lists, np.arange(nlist + 1)).astype(np.int64))
         return {"centroid_list_entries": int(len(docs))}
 
@@ -303,7 +305,7 @@ class CentroidCandidates(CandidateGenerator):
         scores = np.ascontiguousarray(query_vectors, dtype=np.float32) @ self.centroids.T  # [q, nlist]
         probed = np.unique(np.argpartition(-scores, self.nprobe - 1, axis=1)[:, :self.nprobe])
         docs = np.unique(np.concatenate([self.list_docs[self.list_offsets[c]:self.list_offsets[c + 1]]
-                                         for c in probed]))
+                                         for c in probed])).astype(np.int64)  # uint16 rows: docs + 1 must not wrap
         if len(docs) <= neighbours:
             return docs
         # centroid approximation of every candidate: max over its tokens of q . centroid, weighted sum over q
