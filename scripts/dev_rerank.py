@@ -22,8 +22,11 @@ from pyserini_ext.models.folder import identify
 from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build_distillation_set
 
 
-def passage_scorer(folder: Path):
-    """(queries, passages) -> [len(queries), len(passages)] scores of the model in `folder`."""
+def passage_scorer(folder: Path, beta_d: float | None = None):
+    """(queries, passages) -> [len(queries), len(passages)] scores of the model in `folder`.
+
+    AligneR: with the training saliences (soft top-k at alpha_q / alpha_d), or with `beta_d` as a search does
+    (hard top-k: half the query tokens, `beta_d` of each passage's tokens)."""
     kind = identify(folder)[0]
     if kind == "aggretriever":
         from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
@@ -37,13 +40,21 @@ def passage_scorer(folder: Path):
             return q @ p.T
         return score
     if kind == "aligner":
-        from pyserini_ext.models.aligner import AlignerModel
+        from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel
+        from pyserini_ext.models.alignment import MAXSIM, alignment_scores
         from pyserini_ext.train.aligner import batch_scores
         model = AlignerModel.from_pretrained(folder).eval()
 
+        def chunk_scores(query_texts: list[str], passage_texts: list[str]) -> torch.Tensor:
+            if beta_d is None:
+                return batch_scores(model, query_texts, passage_texts)
+            queries, docs = model.encode_batch(query_texts, QUERY), model.encode_batch(passage_texts, DOCUMENT)
+            return alignment_scores(queries.vectors, *queries.weights(0.5), docs.vectors, *docs.weights(beta_d),
+                                    MAXSIM)
+
         def score(query_texts: list[str], passage_texts: list[str]) -> np.ndarray:
             with torch.no_grad():
-                return torch.cat([batch_scores(model, query_texts, passage_texts[i:i + 32])
+                return torch.cat([chunk_scores(query_texts, passage_texts[i:i + 32])
                                   for i in range(0, len(passage_texts), 32)], dim=1).numpy()
         return score
     raise ValueError(f"{folder}: a {kind} folder; this script reranks with Aggretriever and AligneR models")
@@ -62,6 +73,9 @@ def main() -> None:
     parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument("--cache", type=Path, default=Path("runs/models/distillation"))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--aligner-beta-d", type=float, nargs="+",
+                        help="score AligneR as a search does, keeping these fractions of passage tokens (one row "
+                             "each; default: the training saliences)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     training = build_distillation_set(DistillDataConfig(), args.cache)
@@ -71,9 +85,12 @@ def main() -> None:
     print(f"{'ranking':<60}" + "".join(f"{name:>20}" for name in sets) + f"{'mean':>10}")
     rows = {"teacher ensemble": [rerank_ndcg(data, data.ensemble(), indices[name]) for name, data in sets.items()]}
     for folder in args.models:
-        score = passage_scorer(folder)
-        rows[str(folder)] = [rerank_ndcg(data, model_scores(score, data, indices[name]), indices[name])
-                             for name, data in sets.items()]
+        betas = args.aligner_beta_d if identify(folder)[0] == "aligner" and args.aligner_beta_d else [None]
+        for beta_d in betas:
+            score = passage_scorer(folder, beta_d)
+            rows[str(folder) + ("" if beta_d is None else f" beta_d {beta_d:g}")] = [
+                rerank_ndcg(data, model_scores(score, data, indices[name]), indices[name])
+                for name, data in sets.items()]
     for name, row in rows.items():
         print(f"{name:<60}" + "".join(f"{v:>20.4f}" for v in row) + f"{np.mean(row):>10.4f}", flush=True)
 

@@ -224,3 +224,23 @@ def test_model_bad_input(model, tmp_path):
     assert vectors.shape == (64, 128) and scores.shape == (64,)
     with pytest.raises(ModelFolderError, match="expected an aligner model, found not a model folder"):
         AlignerModel.from_pretrained(tmp_path)
+
+
+def test_training_scores_at_several_document_sparsities(model):
+    """The unpruned loss term scores the same encoding with every document token kept: equal to a search at
+    beta_d = 100%, and the alpha_d row equal to the usual training score."""
+    from pyserini_ext.models.alignment import MAXSIM, alignment_scores
+    from pyserini_ext.train.aligner import batch_scores
+
+    queries = ["protein folding in cells", "bone density"]
+    docs = ["vitamin D raises bone density in older adults", "misfolded proteins aggregate in neurons and cells"]
+    with torch.no_grad():
+        both = batch_scores(model, queries, docs, (model.config.alpha_d, 1.0))
+        assert both.shape == (2, 2, 2)
+        assert torch.allclose(both[0], batch_scores(model, queries, docs), atol=1e-6)
+        q, d = model.encode_batch(queries, QUERY), model.encode_batch(docs, DOCUMENT)
+        q_weights, q_kept = q.weights(model.config.alpha_q, soft=True, eps=model.config.eps,
+                                      iterations=model.config.topk_iterations)
+        unpruned = alignment_scores(q.vectors, q_weights, q_kept, d.vectors, *d.weights(1.0), MAXSIM)
+    assert torch.allclose(both[1], unpruned, atol=1e-5)
+    assert not torch.allclose(both[0], both[1], atol=1e-3)

@@ -36,6 +36,9 @@ class AlignerModelConfig:
     architecture: AlignerConfig | None = None  # saliences, sparsity, lengths (default: AlignerConfig())
     temperature: float = 0.05  # alignment scores are divided by it in either loss's softmax
     store_dtype: str = "float32"  # "float16" halves the saved encoder weights (they load back as float32)
+    # > 0: the loss is also computed with every document token kept (beta_d = 100%) and added with this weight, so
+    # that the tokens kept at alpha_d carry the same ranking as the whole document (pruning costs less)
+    unpruned_loss_weight: float = 0.0
 
 
 @dataclass
@@ -70,17 +73,24 @@ def training_examples(data: LabelledData, seed: int = 42) -> list[tuple[str, str
     return examples
 
 
-def batch_scores(model: AlignerModel, query_texts: list[str], doc_texts: list[str]) -> torch.Tensor:
-    """[queries, documents] top-1 alignment scores with the training saliences (entropy top-k at alpha_q/d)."""
+def batch_scores(model: AlignerModel, query_texts: list[str], doc_texts: list[str],
+                 doc_fractions: tuple[float, ...] | None = None) -> torch.Tensor:
+    """[queries, documents] top-1 alignment scores with the training saliences (entropy top-k at alpha_q/d).
+
+    doc_fractions: score at each of these document sparsities instead of alpha_d (one encoding):
+    [len(doc_fractions), queries, documents].
+    """
     config = model.config
     queries = model.encode_batch(query_texts, QUERY)
     docs = model.encode_batch(doc_texts, DOCUMENT)
     query_weights, query_kept = queries.weights(config.alpha_q, soft=True, eps=config.eps,
                                                 iterations=config.topk_iterations)
-    doc_weights, doc_kept = docs.weights(config.alpha_d, soft=True, eps=config.eps,
-                                         iterations=config.topk_iterations)
-    return alignment_scores(queries.vectors, query_weights, query_kept, docs.vectors, doc_weights, doc_kept,
-                            MAXSIM)
+    scores = []
+    for fraction in doc_fractions or (config.alpha_d,):
+        doc_weights, doc_kept = docs.weights(fraction, soft=True, eps=config.eps, iterations=config.topk_iterations)
+        scores.append(alignment_scores(queries.vectors, query_weights, query_kept, docs.vectors, doc_weights,
+                                       doc_kept, MAXSIM))
+    return torch.stack(scores) if doc_fractions else scores[0]
 
 
 def train_aligner(model: AlignerModelConfig, data: LabelledData | DistillationSet, config: TrainConfig | None = None,
@@ -99,13 +109,18 @@ def train_aligner(model: AlignerModelConfig, data: LabelledData | DistillationSe
     objective = _labelled_objective if isinstance(data, LabelledData) else _distillation_objective
     make_batches, steps, batch_loss, log = objective(data, config)
 
+    fractions = (aligner.config.alpha_d, 1.0) if model.unpruned_loss_weight > 0 else (aligner.config.alpha_d,)
+    loss_weights = (1.0, model.unpruned_loss_weight)
+
     def loss_fn(aligner: AlignerModel, batch) -> torch.Tensor:
-        return batch_loss(batch_scores(aligner, batch.query_texts, batch.passage_texts) / model.temperature, batch)
+        scores = batch_scores(aligner, batch.query_texts, batch.passage_texts, fractions) / model.temperature
+        return sum(weight * batch_loss(s, batch) for weight, s in zip(loss_weights, scores))
 
     losses = train(aligner, make_batches, loss_fn, config, steps, desc="train aligner", checkpoint_dir=checkpoint_dir)
     if out_dir is not None:
         aligner.save_pretrained(out_dir, encoder_dtype=getattr(torch, model.store_dtype))
         save_training_log(out_dir, config, losses, backbone=name, temperature=model.temperature,
+                          unpruned_loss_weight=model.unpruned_loss_weight,
                           last10_mean_loss=float(sum(losses[-10:]) / len(losses[-10:])), **log)
     return aligner, losses
 
