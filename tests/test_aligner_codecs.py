@@ -42,6 +42,22 @@ def test_centroid_ids_are_the_quantizer_assignments(encoded, tmp_path):
     assert not (index.folder / "candidates.faiss").exists()
 
 
+def test_residual_codec_decodes_unit_vectors_closer_to_the_originals(encoded, tmp_path):
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
+                                          nlist=16, pq_m=8, train_size=2000, progress=False))
+    rows = np.arange(index.tokens)
+    decoded = index.codec.decode(rows)
+    assert np.allclose(np.linalg.norm(decoded, axis=1), 1, atol=1e-5)
+    raw = index.codec.ivfpq.sa_decode(np.ascontiguousarray(index.codec.codes[rows]))
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1, atol=1e-2)  # what the renormalisation corrects
+    original = np.asarray(encoded.vectors, dtype=np.float32)[rows]  # beta_d = 1: every token, in order
+    queries = np.random.default_rng(1).normal(size=(50, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    error = {name: np.abs(queries @ (vectors - original).T).mean() for name, vectors in
+             (("renormalised", decoded), ("raw", raw))}
+    assert error["renormalised"] < error["raw"]
+
+
 def test_centroid_candidates_find_the_documents_of_query_tokens(encoded, tmp_path):
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
                                           nlist=16, pq_m=8, train_size=2000, progress=False), nprobe=2)

@@ -4,8 +4,8 @@ Codecs (`CODECS`), one small interface: `fit(vectors, options)` -> codec, `write
 `read(files, options)` -> codec, `decode(rows)` -> float32 [rows, dim].
   float16       vectors.npy, 2 bytes per dimension, exact up to float16 rounding.
   residual-pq   ColBERTv2-style: a coarse centroid id + a PQ code of the residual, with Faiss's IVF-PQ
-                (`sa_encode`/`sa_decode`); codec.faiss holds the centroids and codebooks, codes.npy
-                uint8 [tokens, centroid id bytes + pq_m].
+                (`sa_encode`/`sa_decode`, decoded vectors renormalised to unit length); codec.faiss holds the
+                centroids and codebooks, codes.npy uint8 [tokens, centroid id bytes + PQ code bytes].
 
 Candidate generators (`CANDIDATES`): `build(files, vectors, codec, doc_of_token, options)`,
 `read(files, codec, doc_of_token, options)`, `candidates(query_vectors, query_weights, neighbours)` -> document rows.
@@ -152,7 +152,11 @@ class ResidualPQStore(TokenCodec):
         return cls(files.faiss_index("codec.faiss"), files.array("codes.npy"))
 
     def decode(self, rows):
-        return self.ivfpq.sa_decode(np.ascontiguousarray(self.codes[rows]))
+        # AligneR's vectors are unit length: putting the reconstruction back on the sphere removes the part of
+        # the quantisation error along the vector (SciFact train, 300 queries, 1000 documents: PQ16x8 -1.29 ->
+        # -0.98 nDCG@10 points from exact, PQ32x6 -0.99 -> -0.67)
+        decoded = self.ivfpq.sa_decode(np.ascontiguousarray(self.codes[rows]))
+        return decoded / np.maximum(np.linalg.norm(decoded, axis=1, keepdims=True), 1e-6)
 
     def centroid_ids(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """The coarse centroid of each token: the little-endian first bytes of its code (Faiss `encode_listno`)."""
