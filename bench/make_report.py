@@ -34,7 +34,8 @@ def main() -> None:
                     tmp / f"agg{length}.json") for length in ("256", "512")]
         runs.append(run("bench_query_latency.py", ["--queries", "300"], tmp / "query.json"))
         runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))
-        runs.append(run("bench_aligner_search.py", ["--docs", docs], tmp / "aligner.json"))
+        runs.append(run("bench_aligner_search.py", ["--docs", docs, "--compressed", "pq16x8,nprobe4", "pq32x6,nprobe4"],
+                        tmp / "aligner.json"))
         runs.append(run("bench_scale_ray.py", ["--docs", "64" if args.quick else "600"], tmp / "ray.json"))
         deepct = subprocess.run([sys.executable, str(HERE / "bench_deepct_index.py"), "--docs", docs],
                                 check=True, capture_output=True, text=True, cwd=HERE).stdout
