@@ -23,7 +23,7 @@ from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build
 
 
 def passage_scorer(folder: Path, beta_d: float | None = None):
-    """(queries, passages) -> [len(queries), len(passages)] scores of the model in `folder`.
+    """(queries, passages, wanted) -> per query, its scores over the passage positions in `wanted[query]`.
 
     AligneR: with the training saliences (soft top-k at alpha_q / alpha_d), or with `beta_d` as a search does
     (hard top-k: half the query tokens, `beta_d` of each passage's tokens)."""
@@ -33,29 +33,40 @@ def passage_scorer(folder: Path, beta_d: float | None = None):
         documents = AggretrieverDocumentEncoder(str(folder), backend="onnx")
         queries = AggretrieverQueryEncoder(str(folder), backend="onnx")
 
-        def score(query_texts: list[str], passage_texts: list[str]) -> np.ndarray:
+        def score(query_texts: list[str], passage_texts: list[str], wanted: list[list[int]]) -> list[np.ndarray]:
             q = np.stack([queries.encode(t) for t in query_texts])
             p = np.concatenate([documents.encode(passage_texts[i:i + 32], max_length=256)
                                 for i in range(0, len(passage_texts), 32)])
-            return q @ p.T
+            return [p[rows] @ q[i] for i, rows in enumerate(wanted)]
         return score
     if kind == "aligner":
         from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel
         from pyserini_ext.models.alignment import MAXSIM, alignment_scores
-        from pyserini_ext.train.aligner import batch_scores
         model = AlignerModel.from_pretrained(folder).eval()
+        config = model.config
+        soft = {"soft": True, "eps": config.eps, "iterations": config.topk_iterations}
 
-        def chunk_scores(query_texts: list[str], passage_texts: list[str]) -> torch.Tensor:
-            if beta_d is None:
-                return batch_scores(model, query_texts, passage_texts)
-            queries, docs = model.encode_batch(query_texts, QUERY), model.encode_batch(passage_texts, DOCUMENT)
-            return alignment_scores(queries.vectors, *queries.weights(0.5), docs.vectors, *docs.weights(beta_d),
-                                    MAXSIM)
+        def encode(texts: list[str], kind: str, fraction: float, soft_weights: bool) -> list[tuple]:
+            """Per text: (vectors [n, dim], weights [n], kept [n]), padding removed."""
+            out = []
+            for i in range(0, len(texts), 32):
+                encoded = model.encode_batch(texts[i:i + 32], kind)
+                weights, kept = encoded.weights(fraction, **soft) if soft_weights else encoded.weights(fraction)
+                for row, n in enumerate(encoded.mask.sum(-1).tolist()):
+                    out.append((encoded.vectors[row, :n], weights[row, :n], kept[row, :n]))
+            return out
 
-        def score(query_texts: list[str], passage_texts: list[str]) -> np.ndarray:
-            with torch.no_grad():
-                return torch.cat([chunk_scores(query_texts, passage_texts[i:i + 32])
-                                  for i in range(0, len(passage_texts), 32)], dim=1).numpy()
+        def score(query_texts: list[str], passage_texts: list[str], wanted: list[list[int]]) -> list[np.ndarray]:
+            with torch.no_grad():  # every text encoded once; each query against its own candidates only
+                queries = encode(query_texts, QUERY, config.alpha_q if beta_d is None else 0.5, beta_d is None)
+                passages = encode(passage_texts, DOCUMENT, config.alpha_d if beta_d is None else beta_d,
+                                  beta_d is None)
+                out = []
+                for query, rows in zip(queries, wanted):
+                    docs = [torch.nn.utils.rnn.pad_sequence([passages[r][part] for r in rows], batch_first=True)
+                            for part in range(3)]
+                    out.append(alignment_scores(*(t[None] for t in query), *docs, MAXSIM)[0].numpy())
+                return out
         return score
     raise ValueError(f"{folder}: a {kind} folder; this script reranks with Aggretriever and AligneR models")
 
@@ -64,8 +75,9 @@ def model_scores(score, data: DistillationSet, indices: list[int]) -> dict[int, 
     """Query index -> the model's scores over its candidates (every passage encoded once)."""
     passages = sorted({d for i in indices for d in data.candidates[i]})
     position = {d: j for j, d in enumerate(passages)}
-    matrix = score([data.queries[i].text for i in indices], [document_text(data.corpus[d]) for d in passages])
-    return {i: matrix[row, [position[d] for d in data.candidates[i]]] for row, i in enumerate(indices)}
+    scores = score([data.queries[i].text for i in indices], [document_text(data.corpus[d]) for d in passages],
+                   [[position[d] for d in data.candidates[i]] for i in indices])
+    return dict(zip(indices, scores))
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ RECIPES = {
                            TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=960, warmup_ratio=0.05,
                                        batch_size=8, group_size=3)),
     "aligner": Recipe(AlignerModelConfig("splade-tiny"),
-                      TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, epochs=2, warmup_ratio=0.05,
+                      TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, epochs=1, warmup_ratio=0.05,
                                   batch_size=16, group_size=4)),
 }
 TRAINERS = {"deepct": train_deepct, "aggretriever": train_aggretriever, "aligner": train_aligner}
