@@ -11,6 +11,7 @@ next to the teacher ensemble's. The model kind is read from the folder.
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -40,24 +41,24 @@ def passage_scorer(folder: Path, beta_d: float | None = None):
             return [p[rows] @ q[i] for i, rows in enumerate(wanted)]
         return score
     if kind == "aligner":
-        from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel
+        from pyserini_ext.models.aligner import DOCUMENT, QUERY, EncodedTokens
         from pyserini_ext.models.alignment import MAXSIM, alignment_scores
-        model = AlignerModel.from_pretrained(folder).eval()
+        model = _aligner(folder)
         config = model.config
         soft = {"soft": True, "eps": config.eps, "iterations": config.topk_iterations}
 
         def encode(texts: list[str], kind: str, fraction: float, soft_weights: bool) -> list[tuple]:
-            """Per text: (vectors [n, dim], weights [n], kept [n]), padding removed."""
+            """Per text: (vectors [n, dim], weights [n], kept [n]), padding removed; encodings are cached, so
+            several `beta_d` rows of one model encode each text once."""
             out = []
-            for i in range(0, len(texts), 32):
-                encoded = model.encode_batch(texts[i:i + 32], kind)
-                weights, kept = encoded.weights(fraction, **soft) if soft_weights else encoded.weights(fraction)
-                for row, n in enumerate(encoded.mask.sum(-1).tolist()):
-                    out.append((encoded.vectors[row, :n], weights[row, :n], kept[row, :n]))
+            for vectors, scores in _encodings(model, texts, kind):
+                tokens = EncodedTokens(vectors[None], scores[None], torch.ones_like(scores[None], dtype=torch.bool))
+                weights, kept = tokens.weights(fraction, **soft) if soft_weights else tokens.weights(fraction)
+                out.append((vectors, weights[0], kept[0]))
             return out
 
         def score(query_texts: list[str], passage_texts: list[str], wanted: list[list[int]]) -> list[np.ndarray]:
-            with torch.no_grad():  # every text encoded once; each query against its own candidates only
+            with torch.no_grad():  # each query against its own candidates only
                 queries = encode(query_texts, QUERY, config.alpha_q if beta_d is None else 0.5, beta_d is None)
                 passages = encode(passage_texts, DOCUMENT, config.alpha_d if beta_d is None else beta_d,
                                   beta_d is None)
@@ -69,6 +70,27 @@ def passage_scorer(folder: Path, beta_d: float | None = None):
                 return out
         return score
     raise ValueError(f"{folder}: a {kind} folder; this script reranks with Aggretriever and AligneR models")
+
+
+@functools.cache
+def _aligner(folder: Path):
+    from pyserini_ext.models.aligner import AlignerModel
+    return AlignerModel.from_pretrained(folder).eval()
+
+
+_ENCODINGS: dict[tuple[int, str, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _encodings(model, texts: list[str], kind: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(token vectors, salience pre-activations) of each text, padding removed; cached per model and text."""
+    missing = list(dict.fromkeys(t for t in texts if (id(model), kind, t) not in _ENCODINGS))
+    with torch.no_grad():
+        for i in range(0, len(missing), 32):
+            encoded = model.encode_batch(missing[i:i + 32], kind)
+            for row, n in enumerate(encoded.mask.sum(-1).tolist()):
+                _ENCODINGS[id(model), kind, missing[i + row]] = (encoded.vectors[row, :n],
+                                                                 encoded.salience_scores[row, :n])
+    return [_ENCODINGS[id(model), kind, t] for t in texts]
 
 
 def model_scores(score, data: DistillationSet, indices: list[int]) -> dict[int, np.ndarray]:
@@ -95,16 +117,19 @@ def main() -> None:
     indices = {"MS MARCO triples": list(range(len(sets["MS MARCO triples"].queries))),
                "SciFact train": [i for i, q in enumerate(training.queries) if q.kind == "labelled"]}
     print(f"{'ranking':<60}" + "".join(f"{name:>20}" for name in sets) + f"{'mean':>10}")
-    rows = {"teacher ensemble": [rerank_ndcg(data, data.ensemble(), indices[name]) for name, data in sets.items()]}
+
+    def show(name: str, row: list[float]) -> None:
+        print(f"{name:<60}" + "".join(f"{v:>20.4f}" for v in row) + f"{np.mean(row):>10.4f}", flush=True)
+
+    show("teacher ensemble", [rerank_ndcg(data, data.ensemble(), indices[name]) for name, data in sets.items()])
     for folder in args.models:
         betas = args.aligner_beta_d if identify(folder)[0] == "aligner" and args.aligner_beta_d else [None]
         for beta_d in betas:
             score = passage_scorer(folder, beta_d)
-            rows[str(folder) + ("" if beta_d is None else f" beta_d {beta_d:g}")] = [
-                rerank_ndcg(data, model_scores(score, data, indices[name]), indices[name])
-                for name, data in sets.items()]
-    for name, row in rows.items():
-        print(f"{name:<60}" + "".join(f"{v:>20.4f}" for v in row) + f"{np.mean(row):>10.4f}", flush=True)
+            show(str(folder) + ("" if beta_d is None else f" beta_d {beta_d:g}"),
+                 [rerank_ndcg(data, model_scores(score, data, indices[name]), indices[name])
+                  for name, data in sets.items()])
+        _ENCODINGS.clear()  # GBs of token vectors: one model's at a time
 
 
 if __name__ == "__main__":
