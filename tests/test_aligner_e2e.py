@@ -103,3 +103,10 @@ def test_cli_index_search_and_trec_eval(models, sample, tmp_path, capsys):
         aligner_cli(["index", "--model", str(folder), "--output", str(tmp_path / "i2")])
     assert refused.value.code == 2
     assert json.loads((tmp_path / "index" / "metadata.json").read_text())["beta_d"] == 0.4
+    # the compressed index from the command line: PQ32x6 residual codes = 24 bytes + the centroid id
+    assert aligner_cli(["index", "--corpus", str(collection), "--model", str(folder), "--output",
+                        str(tmp_path / "pq"), "--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid",
+                        "--pq-m", "32", "--pq-bits", "6", "--nlist", "16"]) == 0
+    metadata = json.loads((tmp_path / "pq" / "metadata.json").read_text())
+    assert (metadata["pq_m"], metadata["pq_bits"], metadata["nlist"]) == (32, 6, 16)
+    assert np.load(tmp_path / "pq" / "codes.npy").shape == (metadata["counts"]["tokens"], 1 + 24)

@@ -54,7 +54,9 @@ class AlignerIndexOptions(IndexingOptions):
     codec: str | None = option(None, choices=("float16", "residual-pq"), help="token store")
     candidates: str | None = option(None, choices=("flat", "ivfpq", "hnsw", "centroid"), help="candidate generator")
     nlist: int | None = option(None, help="IVF lists (by default ~4 sqrt(tokens), at most 1024)", min=1)
-    pq_m: int | None = option(None, help="PQ sub-quantizers (bytes per token code)", min=1)
+    pq_m: int | None = option(None, help="PQ sub-quantizers of the residual code", min=1)
+    pq_bits: int | None = option(None, help="bits per PQ sub-quantizer code (8; 6 with --pq-m 32: 24 bytes)", min=1,
+                                 max=16)
     max_length: int | None = option(None, help="document tokens (default: the model's)", min=1)
     threads: int = option(DEFAULT_THREADS, help="torch and Faiss CPU threads", min=1)
 
@@ -140,7 +142,8 @@ def index(options: AlignerIndexOptions) -> int:
     if options.corpus or options.dataset:
         corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
     model_path = resolve_model(options.model, "aligner")
-    settings = {name: getattr(options, name) for name in ("beta_d", "codec", "candidates", "nlist", "pq_m")
+    settings = {name: getattr(options, name)
+                for name in ("beta_d", "codec", "candidates", "nlist", "pq_m", "pq_bits")
                 if getattr(options, name) is not None}
     if options.on_ray():
         from pyserini_ext.index.scale import encode_on_ray
