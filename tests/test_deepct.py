@@ -88,6 +88,22 @@ def test_save_load_round_trip_and_token_classification_layout(untrained, tmp_pat
     assert weights(DeepCTModel.from_pretrained(tmp_path / "hf")) == pytest.approx(weights(untrained))
 
 
+def test_float16_folder_loads_as_float32(untrained, tmp_path):
+    """A shipped folder may store its weights in float16 (half the bytes); they load back as float32 (transformers
+    would keep float16), and the word weights stay within float16 rounding."""
+    untrained.save_pretrained(tmp_path / "full")
+    untrained.save_pretrained(tmp_path / "half", encoder_dtype=torch.float16)
+    full, half = ((tmp_path / name / "model.safetensors").stat().st_size for name in ("full", "half"))
+    assert 0.45 < half / full < 0.55
+    loaded = DeepCTModel.from_pretrained(tmp_path / "half")
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    text = ["Insulin resistance in mice and vitamin D."]
+    original, rounded = untrained.word_weights(text)[0], loaded.word_weights(text)[0]
+    assert [w for w, _ in original] == [w for w, _ in rounded]
+    differences = [abs(a - b) for (_, a), (_, b) in zip(original, rounded)]
+    assert 0 < max(differences) < 5e-3
+
+
 def test_bad_inputs(untrained, tmp_path):
     assert untrained.word_weights(["", "   "]) == [[], []]
     with pytest.raises(ValueError, match="no training examples"):

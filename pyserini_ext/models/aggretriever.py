@@ -27,6 +27,7 @@ from pyserini_ext.models.folder import (
     AGGRETRIEVER,
     WEIGHTS_FILE,
     config_file,
+    load_transformer,
     open_model_folder,
     resolve_model_folder,
     saving,
@@ -253,7 +254,7 @@ def from_masked_lm(backbone: str | os.PathLike, config: AggretrieverConfig | Non
     `constant_term_weight=1, zero_cls=True` gives an untrained but meaningful model: pure MLM lexical
     matching (every position weighs 1, no semantic part), which the demo uses until trained weights exist.
     """
-    encoder = AutoModelForMaskedLM.from_pretrained(resolve_model_folder(backbone))
+    encoder = load_transformer(AutoModelForMaskedLM, resolve_model_folder(backbone))
     model = Aggretriever(encoder, config)
     if constant_term_weight is not None:
         nn.init.zeros_(model.tok_proj.weight)
@@ -283,7 +284,7 @@ def convert_training_checkpoint(src: str | os.PathLike, out: str | os.PathLike) 
         if "linear_p.weight" in pooler and not torch.equal(pooler["linear_p.weight"], pooler["linear_q.weight"]):
             raise CheckpointError(f"{path}: untied query/passage heads cannot be expressed in Pyserini's format")
         heads[f"{target}.weight"], heads[f"{target}.bias"] = pooler["linear_q.weight"], pooler["linear_q.bias"]
-    encoder = AutoModelForMaskedLM.from_pretrained(src)
+    encoder = load_transformer(AutoModelForMaskedLM, src)
     model = Aggretriever(encoder, AggretrieverConfig(cls_dim=heads["cls_proj.weight"].shape[0]))
     model.tok_proj.load_state_dict({"weight": heads["tok_proj.weight"], "bias": heads["tok_proj.bias"]})
     model.cls_proj.load_state_dict({"weight": heads["cls_proj.weight"], "bias": heads["cls_proj.bias"]})

@@ -30,7 +30,9 @@ from pyserini_ext.models.folder import (
     ALIGNER_HEADS_FILE,
     config_file,
     load_tokenizer,
+    load_transformer,
     open_model_folder,
+    save_transformer,
     saving,
     tokenizer_fingerprint,
 )
@@ -103,7 +105,7 @@ class AlignerModel(nn.Module):
         from transformers import AutoModel
         config = config or AlignerConfig()
         config.backbone = config.backbone or str(backbone)
-        encoder = AutoModel.from_pretrained(str(backbone))
+        encoder = load_transformer(AutoModel, backbone)
         return cls(encoder, load_tokenizer(backbone), config)
 
     @classmethod
@@ -117,8 +119,7 @@ class AlignerModel(nn.Module):
         config = AlignerConfig.from_dict(checked.settings)
         tokenizer = load_tokenizer(folder)
         try:
-            # float32 whatever the stored dtype (a shipped folder may hold float16 weights to stay small)
-            model = cls(AutoModel.from_pretrained(str(folder), dtype=torch.float32), tokenizer, config)
+            model = cls(load_transformer(AutoModel, folder), tokenizer, config)
             heads = load_file(str(folder / ALIGNER_HEADS_FILE))
             for name in HEADS:
                 getattr(model, name).load_state_dict(
@@ -134,12 +135,7 @@ class AlignerModel(nn.Module):
         from safetensors.torch import save_file
 
         with saving(out_dir) as folder:
-            if encoder_dtype is None:
-                self.encoder.save_pretrained(folder)
-            else:
-                self.encoder.save_pretrained(folder, state_dict={
-                    k: v.to(encoder_dtype) if v.is_floating_point() else v
-                    for k, v in self.encoder.state_dict().items()})
+            save_transformer(self.encoder, folder, encoder_dtype)
             self.tokenizer.save_pretrained(folder)
             save_file({f"{name}.{key}": value.detach().cpu().contiguous()
                        for name in HEADS for key, value in getattr(self, name).state_dict().items()},

@@ -26,8 +26,10 @@ from pyserini_ext.models.folder import (
     config_file,
     identify,
     load_tokenizer,
+    load_transformer,
     open_model_folder,
     resolve_model_folder,
+    save_transformer,
     saving,
 )
 
@@ -133,7 +135,7 @@ class DeepCTModel(torch.nn.Module):
         if not tokenizer.is_fast:
             raise ModelFolderError(f"{folder}: DeepCT needs a fast tokenizer (tokenizer.json) for word boundaries")
         try:
-            classifier = AutoModelForTokenClassification.from_pretrained(str(folder), num_labels=1)
+            classifier = load_transformer(AutoModelForTokenClassification, folder, num_labels=1)
         except Exception as e:
             raise ModelFolderError(f"{folder}: unreadable model ({type(e).__name__}: {e})") from None
         return cls(classifier, tokenizer, max_length).eval()
@@ -141,10 +143,11 @@ class DeepCTModel(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask).logits.squeeze(-1)
 
-    def save_pretrained(self, out_dir: str | os.PathLike, **card) -> Path:
-        """Hugging Face layout (config.json, model.safetensors, tokenizer) plus deepct_config.json."""
+    def save_pretrained(self, out_dir: str | os.PathLike, encoder_dtype: torch.dtype | None = None, **card) -> Path:
+        """Hugging Face layout (config.json, model.safetensors, tokenizer) plus deepct_config.json; encoder_dtype:
+        store the weights in this dtype (e.g. float16 to halve a shipped folder), they load back as float32."""
         with saving(out_dir) as out:
-            self.encoder.save_pretrained(str(out))
+            save_transformer(self.encoder, out, encoder_dtype)
             self.tokenizer.save_pretrained(str(out))
             settings = {"model_type": DEEPCT, "max_length": self.max_length, **card}
             (out / DEEPCT_CONFIG).write_text(json.dumps(settings, indent=1))

@@ -172,6 +172,25 @@ def load_tokenizer(folder: str | os.PathLike):
     return tokenizer
 
 
+def load_transformer(auto_class, name_or_path: str | os.PathLike, **kwargs):
+    """`auto_class.from_pretrained` in float32 whatever dtype the weights are stored in: transformers 5 keeps the
+    stored dtype by default, so a float16 folder (a shipped one kept small, or a hub checkpoint) would otherwise
+    encode and train in half precision on CPU without a word."""
+    import torch
+
+    return auto_class.from_pretrained(str(name_or_path), dtype=torch.float32, **kwargs)
+
+
+def save_transformer(model, folder: str | os.PathLike, dtype=None) -> None:
+    """`model.save_pretrained(folder)`, its floating-point weights stored in `dtype` if given (float16 halves a
+    folder; `load_transformer` reads them back as float32)."""
+    if dtype is None:
+        model.save_pretrained(str(folder))
+        return
+    model.save_pretrained(str(folder), state_dict={k: v.to(dtype) if v.is_floating_point() else v
+                                                   for k, v in model.state_dict().items()})
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
     """Hash of what decides the token ids: the vocabulary and, for fast tokenizers, the normaliser and
     pre-tokeniser (the truncation/padding state, which changes per call, is left out)."""

@@ -130,6 +130,7 @@ class DeepCTModelConfig:
     # teacher-recall targets only: a passage is a training example when the teachers give it a total
     # probability >= teacher_min_mass over the training queries (less is too little evidence)
     teacher_min_mass: float = 0.5
+    store_dtype: str = "float32"  # "float16" halves the saved weights (they load back as float32)
 
 
 def train_deepct(model: DeepCTModelConfig, data: LabelledData | DistillationSet, config: TrainConfig | None = None,
@@ -163,7 +164,8 @@ def train_deepct(model: DeepCTModelConfig, data: LabelledData | DistillationSet,
     losses = train(deepct, make_batches, deepct_loss, config, steps_per_epoch, desc="train deepct",
                    checkpoint_dir=checkpoint_dir)
     if out_dir is not None:
-        deepct.save_pretrained(out_dir, base_model=name, training_examples=len(examples), **log)
+        deepct.save_pretrained(out_dir, encoder_dtype=getattr(torch, model.store_dtype), base_model=name,
+                              training_examples=len(examples), **log)
         save_training_log(out_dir, config, losses, max_length=model.max_length, training_examples=len(examples),
                           **log)
     return deepct, losses

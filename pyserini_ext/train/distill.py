@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from pyserini_ext.data import data_home, document_text, load_dataset, read_triples, write_json_collection
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.models.folder import load_transformer
 from pyserini_ext.train.loop import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def _packaged_model(backbone: str, auto_class: str, device: str):
     """(tokenizer, model in eval mode on `device`) of a packaged backbone, through transformers' `auto_class`."""
     import transformers
     folder = backbone_path(backbone)
-    model = getattr(transformers, auto_class).from_pretrained(folder).to(device).eval()
+    model = load_transformer(getattr(transformers, auto_class), folder).to(device).eval()
     return transformers.AutoTokenizer.from_pretrained(folder), model
 
 
