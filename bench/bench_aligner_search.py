@@ -1,13 +1,16 @@
 """AligneR search vs a Faiss flat single-vector search over the same corpus, one thread, one run.
 
-SciFact queries of `--split` (test for the figures; train to choose settings) and a corpus of every document
-judged for them plus the first others by docid up to `--docs`, encoded once with the AligneR model. Indexes: exact
+Queries of `--dataset` (SciFact by default), split `--split` (test for the figures; train to choose settings), and
+a corpus of every document judged for them plus the first others by docid up to `--docs` (a large number: the
+whole corpus), encoded once with the AligneR model (`--encoded` keeps that encoding, e.g. the one `make report`
+cached, so that a second run only builds and searches). Indexes: exact
 (float16 vectors, flat token candidates) and compressed (residual-PQ codes, PLAID-style centroid candidates: no
 second index), one per `--compressed` setting. The single-vector baseline is Faiss IndexFlatIP over AligneR's
 pooled document vectors (what `--encoder-class aligner` gives Pyserini). Latency is per query from encoded query
 vectors to the top 10 (query encoding excluded on both sides).
 
     .venv/bin/python bench/bench_aligner_search.py --docs 1000
+    .venv/bin/python bench/bench_aligner_search.py --dataset msmarco-dl19-subset --split dl19 --docs 100000
     .venv/bin/python bench/bench_aligner_search.py --split train --queries 300 \
         --compressed pq16x8,nprobe4 pq32x4,nprobe4 pq32x8,nprobe8    # how the default was chosen
 """
@@ -70,7 +73,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--aligner", help="AligneR folder (default: the shipped one)")
     parser.add_argument("--beta-d", type=float, default=0.4, help="document tokens kept (the docs' default)")
-    parser.add_argument("--split", default="test", help="SciFact split of the queries (train: to choose settings)")
+    parser.add_argument("--dataset", default="scifact", help="a dataset name of the project's loader")
+    parser.add_argument("--split", default="test", help="split of the queries (SciFact train: to choose settings)")
     parser.add_argument("--queries", type=int, help="the first N queries of the split by id (default: all)")
     parser.add_argument("--compressed", nargs="+", type=compressed_setting,
                         default=[compressed_setting(DEFAULT_COMPRESSED)],
@@ -83,10 +87,13 @@ def main() -> None:
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
     model_dir = _model("aligner", args.aligner, "aligner_config.json")
-    corpus, queries, qrels = subset(load_dataset("scifact"), args.docs, args.split, args.queries)
+    corpus, queries, qrels = subset(load_dataset(args.dataset), args.docs, args.split, args.queries)
     model = AlignerModel.from_pretrained(model_dir)
     if args.encoded and Path(args.encoded).is_file():
         encoded = EncodedCorpus.load(args.encoded)
+        if set(encoded.docids) != set(corpus):
+            raise SystemExit(f"{args.encoded} holds {len(encoded.docids)} documents, not the {len(corpus)} asked "
+                             "for (--dataset/--docs); remove it or give another --encoded path")
     else:
         encoded = encode_corpus(model, corpus, model_path=model_dir, progress=False)
         if args.encoded:
@@ -125,7 +132,8 @@ def main() -> None:
             rows[name] = {"run": run, "ms": ms, "bytes_per_token": index.bytes_per_token()}
     base = np.percentile(rows["Faiss flat, pooled single vector"]["ms"], 50)
     exact = ndcg10(qrels, rows["AligneR exact (float16, flat)"]["run"])
-    print(f"AligneR {Path(model_dir).name}, SciFact {args.split}: {len(queries)} queries, {len(corpus)} documents "
+    print(f"AligneR {Path(model_dir).name}, {args.dataset} {args.split}: {len(queries)} queries, {len(corpus)} "
+          f"documents "
           f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), one thread; centroid stage: "
           f"{args.neighbours} documents to exact scoring")
     print(f"{'':38} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10}")
@@ -139,7 +147,8 @@ def main() -> None:
         print(f"{name:38} {score:8.4f} {100 * (score - exact):+9.2f} {bpt:>12} {report[name]['p50_ms']:7.2f} "
               f"{report[name]['p99_ms']:7.2f} {report[name]['p50_ratio']:9.1f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"docs": len(corpus), "queries": len(queries), "rows": report},
+        Path(args.json).write_text(json.dumps({"dataset": args.dataset, "split": args.split, "docs": len(corpus),
+                                               "queries": len(queries), "rows": report},
                                               indent=1))
 
 
