@@ -1,17 +1,23 @@
 """`make prebuilt`: build the catalogue's indexes from the shipped models, pack them, write the catalogue.
 
-For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as is) and each shipped model:
+For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as is) and each record:
   <prefix>.deepct-tiny        `pyserini-ext deepct index --model deepct` (true-length Lucene index: BM25, QL-JM
                               and impact search)
   <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-onnx --to-faiss` (Faiss flat)
-  <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (token index)
+  <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
+                              float16 token index, every token)
+  <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
+                              of each passage's tokens, residual PQ16x8 codes and centroid candidate lists: within
+                              1 nDCG@10 point of exact search at ~23 bytes per token (docs/aligner.md)
 plus `msmarco-dl19-subset.flat` (BM25, `python -m pyserini.index.lucene`), the passages behind that dataset's
 Faiss index (SciFact's are Pyserini's own `beir-v1.0.0-scifact.flat`).
 Tarballs go to `--output` (default dist/prebuilt); the catalogue (default resources/prebuilt_indexes.json)
 records md5, size, Lucene counts and the model (name, weights md5) of each. URLs are `--url-base/<file>` when
 given, else none: serve the tarballs and point `$PYSERINI_EXT_MIRROR` at them (a file:// URL works too).
 
-    python scripts/build_prebuilt.py [--datasets scifact] [--models deepct aggretriever] [--url-base URL]
+    python scripts/build_prebuilt.py [--datasets scifact] [--records deepct-tiny aligner] [--url-base URL]
+
+The AligneR encodings are kept in `--work` (`aligner index --encoded`), so a rebuild only re-indexes.
 """
 from __future__ import annotations
 
@@ -27,11 +33,13 @@ from pyserini_ext.registry import resources_dir
 
 PREFIXES = {"scifact": "beir-v1.0.0-scifact", "msmarco-dl19-subset": "msmarco-dl19-subset"}
 PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebuilt BM25 index of the passages
-MODELS = ("deepct", "aggretriever", "aligner")
-# what each "-tiny" record is built and searched with: the shipped splade-tiny models (the default AligneR is now
-# aligner-minilm, which has no prebuilt index yet)
-MODEL_FOLDERS = {"deepct": "deepct", "aggretriever": "aggretriever",
-                 "aligner": str(resources_dir() / "models" / "aligner-splade-tiny")}
+# record suffix -> (how it is built, the model it is built and searched with): the "-tiny" records use the shipped
+# splade-tiny models, `aligner` the default AligneR
+RECORDS = {"deepct-tiny": ("deepct", "deepct"), "aggretriever-tiny": ("aggretriever", "aggretriever"),
+           "aligner-tiny": ("aligner", str(resources_dir() / "models" / "aligner-splade-tiny")),
+           "aligner": ("aligner-compressed", "aligner")}
+COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid", "--pq-m", "16",
+                      "--pq-bits", "8"]
 
 
 def run(command: list[str]) -> None:
@@ -39,19 +47,21 @@ def run(command: list[str]) -> None:
     subprocess.run(command, check=True)
 
 
-def build(model: str, collection: Path, out: Path, threads: int) -> Path:
+def build(kind: str, model: str | None, collection: Path, out: Path, threads: int) -> Path:
     """One index of the passages in the JsonCollection `collection` (title, text fields)."""
     py = sys.executable
-    if model == "deepct":
-        run([py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", "deepct", "--corpus",
+    if kind == "deepct":
+        run([py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", model, "--corpus",
              str(collection / "docs.jsonl"), "--output", str(out), "--overwrite"])
-    elif model == "aggretriever":
+    elif kind == "aggretriever":
         run([py, "-m", "pyserini.encode", "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title",
              "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", "aggretriever-onnx",
              "--fields", "title", "text", "--dimension", "768", "--max-length", "256", "--device", "cpu"])
-    elif model == "aligner":
-        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", MODEL_FOLDERS["aligner"], "--corpus",
-             str(collection), "--output", str(out), "--threads", str(threads), "--overwrite"])
+    elif kind.startswith("aligner"):
+        encoded = collection.parent / f"{Path(model).name}.encoded.npz"
+        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--corpus", str(collection),
+             "--output", str(out), "--threads", str(threads), "--encoded", str(encoded), "--overwrite",
+             *(COMPRESSED_ALIGNER if kind == "aligner-compressed" else [])])
     else:  # flat: BM25 over the passages
         run([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
              "--index", str(out), "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
@@ -62,7 +72,7 @@ def build(model: str, collection: Path, out: Path, threads: int) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=list(PREFIXES), choices=list(PREFIXES))
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--records", nargs="+", default=list(RECORDS), choices=list(RECORDS))
     parser.add_argument("--output", type=Path, default=Path("dist/prebuilt"))
     parser.add_argument("--work", type=Path, default=Path("runs/prebuilt"))
     parser.add_argument("--catalogue", type=Path, default=default_catalogue())
@@ -79,20 +89,22 @@ def main() -> int:
             corpus = {d: corpus[d] for d in list(corpus)[:args.max_docs]}
         write_json_collection(corpus, collection)
         texts = PYSERINI_TEXTS.get(dataset)
-        jobs = [(model, f"{prefix}.{model}-tiny") for model in args.models]
-        if texts is None and "aggretriever" in args.models:
+        jobs = [(*RECORDS[suffix], f"{prefix}.{suffix}") for suffix in args.records]
+        if texts is None and "aggretriever-tiny" in args.records:
             texts = f"{prefix}.flat"
-            jobs.insert(0, ("flat", texts))
-        for model, name in jobs:
+            jobs.insert(0, ("flat", None, texts))
+        for kind, model, name in jobs:
             index = work / name
             if index.exists():
                 shutil.rmtree(index)
-            build(model, collection, index, args.threads)
+            build(kind, model, collection, index, args.threads)
             filename = f"{name}.tar.gz"
+            description = (f"{dataset}: {kind} index, shipped model" if kind != "aligner-compressed" else
+                           f"{dataset}: aligner index, default model, 40% of tokens, residual PQ16x8 + centroid lists")
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
-                                if args.url_base else [], description=f"{dataset}: {model} index, shipped model",
-                                catalogue=args.catalogue, model=MODEL_FOLDERS.get(model),
-                                texts=texts if model == "aggretriever" else None)
+                                if args.url_base else [], description=description,
+                                catalogue=args.catalogue, model=model,
+                                texts=texts if kind == "aggretriever" else None)
             print(f"{name}: {record['size_bytes']} bytes, md5 {record['md5']} -> {args.catalogue}", flush=True)
     return 0
 
