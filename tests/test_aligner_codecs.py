@@ -69,6 +69,24 @@ def test_centroid_candidates_find_the_documents_of_query_tokens(encoded, tmp_pat
     assert 7 in everything and len(kept) == 5 and set(kept) <= set(everything)
 
 
+def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(encoded, tmp_path):
+    """The kept documents are the best by sum_i w_i max over the document's tokens of q_i . centroid(token),
+    computed here token by token (the generator uses each document's distinct centroids)."""
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
+                                          nlist=64, pq_m=8, progress=False), nprobe=4)
+    rng = np.random.default_rng(1)
+    queries = rng.normal(size=(4, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    weights = np.array([1.0, 0.5, 0.25, 2.0], dtype=np.float32)
+    generator = index.candidates
+    everything = generator.candidates(queries, weights, neighbours=10**6)
+    kept = generator.candidates(queries, weights, neighbours=20)
+    assert 20 < len(everything) < len(index) and len(kept) == 20 and set(kept) <= set(everything)
+    scores, token_centroids = queries @ generator.centroids.T, index.codec.centroid_ids()
+    approx = {d: float(weights @ scores[:, token_centroids[index.doc_of_token == d]].max(axis=1)) for d in everything}
+    assert sorted((approx[d] for d in kept), reverse=True) == pytest.approx(sorted(approx.values(), reverse=True)[:20])
+
+
 def test_centroid_candidates_need_the_residual_codec(encoded, tmp_path):
     with pytest.raises(ValueError, match="residual-pq"):
         build_index(encoded, tmp_path / "i", candidates="centroid", progress=False)

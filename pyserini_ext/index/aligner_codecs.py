@@ -271,11 +271,16 @@ class HnswCandidates(StoredTokenCandidates):
 class CentroidCandidates(CandidateGenerator):
     name = "centroid"
 
-    def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray,
-                 offsets: np.ndarray, nprobe: int):
+    def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray, documents: int,
+                 nprobe: int):
         self.centroids = codec.centroids()
-        self.list_offsets, self.list_docs, self.offsets, self.nprobe = list_offsets, list_docs, offsets, nprobe
-        self.token_centroids = codec.centroid_ids()  # [tokens] int64, decoded once from the codes
+        self.list_offsets, self.list_docs, self.nprobe = list_offsets, list_docs, nprobe
+        # the same (centroid, document) pairs grouped by document: each document's distinct centroids, which is all
+        # the centroid approximation needs (fewer rows than its tokens, gathered contiguously)
+        lists = np.repeat(np.arange(len(list_offsets) - 1), np.diff(list_offsets))
+        by_doc = np.argsort(list_docs, kind="stable")
+        self.doc_centroids = lists[by_doc]
+        self.doc_offsets = np.searchsorted(list_docs[by_doc], np.arange(documents + 1))
 
     @staticmethod
     def _codec(codec: TokenCodec) -> ResidualPQStore:
@@ -302,8 +307,7 @@ class CentroidCandidates(CandidateGenerator):
         nlist = codec.options()["nlist"]
         list_offsets = np.asarray(files.array("centroid_offsets.npy", nlist + 1))
         list_docs = np.asarray(files.array("centroid_docs.npy", int(list_offsets[-1])))
-        offsets = np.concatenate([[0], np.cumsum(np.bincount(doc_of_token, minlength=options["documents"]))])
-        return cls(codec, list_offsets, list_docs, offsets, min(options["nprobe"], nlist))
+        return cls(codec, list_offsets, list_docs, options["documents"], min(options["nprobe"], nlist))
 
     def candidates(self, query_vectors, query_weights, neighbours):
         scores = np.ascontiguousarray(query_vectors, dtype=np.float32) @ self.centroids.T  # [q, nlist]
@@ -312,12 +316,14 @@ class CentroidCandidates(CandidateGenerator):
                                          for c in probed])).astype(np.int64)  # uint16 rows: docs + 1 must not wrap
         if len(docs) <= neighbours:
             return docs
-        # centroid approximation of every candidate: max over its tokens of q . centroid, weighted sum over q
-        starts, ends = self.offsets[docs], self.offsets[docs + 1]
+        # centroid approximation of every candidate: max over its tokens (= over its distinct centroids) of
+        # q . centroid, weighted sum over q
+        starts, ends = self.doc_offsets[docs], self.doc_offsets[docs + 1]
         lengths = ends - starts
-        rows = np.repeat(starts - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths) + np.arange(lengths.sum())
-        token_scores = scores[:, self.token_centroids[rows]]  # [q, candidate tokens]
-        best = np.maximum.reduceat(token_scores, np.cumsum(np.concatenate([[0], lengths[:-1]])), axis=1)
+        firsts = np.cumsum(lengths) - lengths
+        rows = np.repeat(starts - firsts, lengths) + np.arange(lengths.sum())
+        centroid_scores = scores[:, self.doc_centroids[rows]]  # [q, candidates' centroids]
+        best = np.maximum.reduceat(centroid_scores, firsts, axis=1)  # [q, docs]
         approx = np.asarray(query_weights, dtype=np.float32) @ best
         return np.sort(docs[np.argpartition(-approx, neighbours - 1)[:neighbours]])
 
