@@ -31,7 +31,7 @@ from pyserini_ext.data import load_dataset
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
 from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index, encode_corpus
 from pyserini_ext.models.aligner import AlignerModel
-from pyserini_ext.models.alignment import pool_vectors
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q, pool_vectors
 from pyserini_ext.search.aligner import AlignerSearcher
 
 
@@ -98,7 +98,7 @@ def main() -> None:
         encoded = encode_corpus(model, corpus, model_path=model_dir, progress=False)
         if args.encoded:
             encoded.save(args.encoded)
-    encoded_queries = AlignerQueryEncoder(model_dir).encode_tokens(list(queries.values()), beta=0.5)
+    encoded_queries = AlignerQueryEncoder(model_dir).encode_tokens(list(queries.values()), beta=DEFAULT_BETA_Q)
     pooled_docs = np.stack([pool_vectors(torch.from_numpy(encoded.vectors[a:b].astype(np.float32))[None],
                                          torch.relu(torch.from_numpy(encoded.salience_scores[a:b]))[None],
                                          torch.ones(1, b - a, dtype=torch.bool))[0].numpy()

@@ -23,11 +23,11 @@ from pyserini_ext.models.folder import identify
 from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build_distillation_set
 
 
-def passage_scorer(folder: Path, beta_d: float | None = None):
+def passage_scorer(folder: Path, beta_d: float | None = None, beta_q: float = 0.5):
     """(queries, passages, wanted) -> per query, its scores over the passage positions in `wanted[query]`.
 
     AligneR: with the training saliences (soft top-k at alpha_q / alpha_d), or with `beta_d` as a search does
-    (hard top-k: half the query tokens, `beta_d` of each passage's tokens)."""
+    (hard top-k: `beta_q` of the query tokens, `beta_d` of each passage's tokens)."""
     kind = identify(folder)[0]
     if kind == "aggretriever":
         from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
@@ -59,7 +59,7 @@ def passage_scorer(folder: Path, beta_d: float | None = None):
 
         def score(query_texts: list[str], passage_texts: list[str], wanted: list[list[int]]) -> list[np.ndarray]:
             with torch.no_grad():  # each query against its own candidates only
-                queries = encode(query_texts, QUERY, config.alpha_q if beta_d is None else 0.5, beta_d is None)
+                queries = encode(query_texts, QUERY, config.alpha_q if beta_d is None else beta_q, beta_d is None)
                 passages = encode(passage_texts, DOCUMENT, config.alpha_d if beta_d is None else beta_d,
                                   beta_d is None)
                 out = []
@@ -110,6 +110,9 @@ def main() -> None:
     parser.add_argument("--aligner-beta-d", type=float, nargs="+",
                         help="score AligneR as a search does, keeping these fractions of passage tokens (one row "
                              "each; default: the training saliences)")
+    parser.add_argument("--aligner-beta-q", type=float, nargs="+", default=[0.5],
+                        help="with --aligner-beta-d: the fractions of query tokens kept (one row each; default 0.5, "
+                             "the search default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     training = build_distillation_set(DistillDataConfig(), args.cache)
@@ -123,10 +126,11 @@ def main() -> None:
 
     show("teacher ensemble", [rerank_ndcg(data, data.ensemble(), indices[name]) for name, data in sets.items()])
     for folder in args.models:
-        betas = args.aligner_beta_d if identify(folder)[0] == "aligner" and args.aligner_beta_d else [None]
-        for beta_d in betas:
-            score = passage_scorer(folder, beta_d)
-            show(str(folder) + ("" if beta_d is None else f" beta_d {beta_d:g}"),
+        betas = [(q, d) for q in args.aligner_beta_q for d in args.aligner_beta_d] \
+            if identify(folder)[0] == "aligner" and args.aligner_beta_d else [(None, None)]
+        for beta_q, beta_d in betas:
+            score = passage_scorer(folder, beta_d, beta_q)
+            show(str(folder) + ("" if beta_d is None else f" beta_q {beta_q:g} beta_d {beta_d:g}"),
                  [rerank_ndcg(data, model_scores(score, data, indices[name]), indices[name])
                   for name, data in sets.items()])
         _ENCODINGS.clear()  # GBs of token vectors: one model's at a time

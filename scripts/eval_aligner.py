@@ -23,6 +23,7 @@ from pyserini_ext.data import load_dataset, write_trec_qrels
 from pyserini_ext.evaluation import DEFAULT_METRICS, evaluate, write_trec_run
 from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index, encode_corpus
 from pyserini_ext.models.aligner import AlignerModel
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.search.aligner import AlignerSearcher
 from pyserini_ext.train.adaptation import evaluate_adaptation
 
@@ -83,7 +84,7 @@ def main() -> None:
     parser.add_argument("--recall-level", type=int, help="trec_eval -l for R@100 (2 for DL19)")
     parser.add_argument("--max-length", type=int, help="document tokens (default: the model's)")
     parser.add_argument("--neighbours", type=int, default=256)
-    parser.add_argument("--beta-q", type=float, default=0.5)
+    parser.add_argument("--beta-q", type=float, default=DEFAULT_BETA_Q)
     parser.add_argument("--labelled", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--plot", help="PNG path of the pruning curve")

@@ -43,6 +43,7 @@ from pyserini_ext.data import (
 )
 from pyserini_ext.evaluation import evaluate as evaluate_run
 from pyserini_ext.index.lucene import lucene_index_command
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
 
 
@@ -527,11 +528,12 @@ class Report:
 
     def aligner_run(self, c: Corpus, split: str, beta_d: float) -> tuple[Path, list[Path]]:
         index = self.aligner_index(c, beta_d)
-        run = c.folder / f"run.{index.name.removeprefix('index.')}.{split}.txt"
-        return self.step(c.name, f"AligneR search beta_d {beta_d:g} ({split})", [
+        beta_q = self.args.aligner_beta_q
+        run = c.folder / f"run.{index.name.removeprefix('index.')}.q{beta_q:g}.{split}.txt"
+        return self.step(c.name, f"AligneR search beta_d {beta_d:g} beta_q {beta_q:g} ({split})", [
             self.py, "-m", "pyserini_ext.cli", "aligner", "search", "--index", index, "--model", self.model("aligner"),
-            "--topics", c.topics[split], "--hits", str(HITS), "--threads", str(self.args.threads),
-            "--output", run], run), [index]
+            "--topics", c.topics[split], "--beta-q", f"{beta_q:g}", "--hits", str(HITS),
+            "--threads", str(self.args.threads), "--output", run], run), [index]
 
     def fuse(self, c: Corpus, split: str, runs: Sequence[Path], label: str) -> Path:
         output = c.folder / f"run.rrf.{label}.{split}.txt"
@@ -723,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--aggretriever-document-encoder", choices=("aggretriever-onnx", "aggretriever"),
                         default="aggretriever-onnx", help="corpus encoder class (same vectors; ONNX is faster)")
     parser.add_argument("--aligner-beta-d", type=float, default=1.0, help="AligneR index pruning in the main table")
+    parser.add_argument("--aligner-beta-q", type=float, default=DEFAULT_BETA_Q,
+                        help="AligneR query tokens kept (the searcher's default)")
     parser.add_argument("--deepct-k1-b", type=float, nargs=2, metavar=("K1", "B"),
                         help="skip the tuning on development queries (the report says so)")
     parser.add_argument("--triples", default=str(data_home() / "msmarco-train-triples-sample" / "triples.tsv.gz"))

@@ -13,7 +13,7 @@ from pyserini_ext.evaluation import evaluate, write_trec_run
 from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, EncodedCorpus, build_index, encode_corpus
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
-from pyserini_ext.models.alignment import Alignment, alignment_scores
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q, Alignment, alignment_scores
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.search.aligner import AlignerSearcher
 from pyserini_ext.train.adaptation import ALIGNMENT_OPTIONS, adapt_alignment
@@ -63,7 +63,7 @@ def _reference_scores(aligner: AlignerModel, query: str, corpus: dict, alignment
     docids = list(corpus)
     docs = aligner.encode_texts([document_text(corpus[d]) for d in docids], DOCUMENT)
     q_encoded = aligner.encode_batch([query], "query")
-    q_weights, q_kept = q_encoded.weights(0.5)
+    q_weights, q_kept = q_encoded.weights(DEFAULT_BETA_Q)  # what the searcher keeps
     scores = {}
     for docid, (vectors, salience) in zip(docids, docs):
         s = alignment_scores(q_encoded.vectors[:, q_kept[0]], q_weights[:, q_kept[0]],

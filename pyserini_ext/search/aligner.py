@@ -20,12 +20,12 @@ from pyserini.search.faiss import DenseSearchResult
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
 from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError
 from pyserini_ext.models.aligner import QUERY, AlignerModel
-from pyserini_ext.models.alignment import MAXSIM, Alignment, alignment_scores
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, alignment_scores
 
 
 class AlignerSearcher:
     def __init__(self, index: str | os.PathLike | AlignerIndex, model: str | os.PathLike | AlignerModel,
-                 beta_q: float = 0.5, alignment: Alignment | str = MAXSIM, neighbours: int = 256,
+                 beta_q: float = DEFAULT_BETA_Q, alignment: Alignment | str = MAXSIM, neighbours: int = 256,
                  nprobe: int = 32, score_batch: int = 512, check_model: bool = True,
                  query_encoder: AlignerQueryEncoder | None = None):
         """`query_encoder`: encode queries on its backend/precision (ONNX Runtime, bf16, int8) instead of `model`."""
