@@ -7,8 +7,8 @@ For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as i
   <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
                               float16 token index, every token)
   <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
-                              of each passage's tokens, residual PQ16x8 codes and centroid candidate lists: within
-                              1 nDCG@10 point of exact search at ~23 bytes per token (docs/aligner.md)
+                              of each passage's tokens, residual PQ32x6 codes and centroid candidate lists: within
+                              1 nDCG@10 point of exact search at ~31 bytes per token (docs/aligner.md)
 plus `msmarco-dl19-subset.flat` (BM25, `python -m pyserini.index.lucene`), the passages behind that dataset's
 Faiss index (SciFact's are Pyserini's own `beir-v1.0.0-scifact.flat`).
 Tarballs go to `--output` (default dist/prebuilt); the catalogue (default resources/prebuilt_indexes.json)
@@ -38,8 +38,8 @@ PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebu
 RECORDS = {"deepct-tiny": ("deepct", "deepct"), "aggretriever-tiny": ("aggretriever", "aggretriever"),
            "aligner-tiny": ("aligner", str(resources_dir() / "models" / "aligner-splade-tiny")),
            "aligner": ("aligner-compressed", "aligner")}
-COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid", "--pq-m", "16",
-                      "--pq-bits", "8"]
+COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid", "--pq-m", "32",
+                      "--pq-bits", "6"]
 
 
 def run(command: list[str]) -> None:
@@ -100,7 +100,7 @@ def main() -> int:
             build(kind, model, collection, index, args.threads)
             filename = f"{name}.tar.gz"
             description = (f"{dataset}: {kind} index, shipped model" if kind != "aligner-compressed" else
-                           f"{dataset}: aligner index, default model, 40% of tokens, residual PQ16x8 + centroid lists")
+                           f"{dataset}: aligner index, default model, 40% of tokens, residual PQ32x6 + centroid lists")
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
                                 if args.url_base else [], description=description,
                                 catalogue=args.catalogue, model=model,
