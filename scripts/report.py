@@ -7,13 +7,13 @@ unchanged Pyserini commands on SciFact (test), the DL19 subset, Cranfield and Va
 
 Every step is a subprocess (`python -m pyserini.index.lucene`, `pyserini.encode`, `pyserini.search.lucene`,
 `pyserini.search.faiss`, `pyserini.fusion`, `pyserini.eval.trec_eval`; `pyserini-ext` only for the DeepCT
-index build and AligneR index/search), printed with its wall time and logged with its output to
+index build, QL-JM search and AligneR index/search), printed with its wall time and logged with its output to
 `<workdir>/commands.log`. A step whose output exists is skipped: outputs are written under a `.partial` name
 and renamed when the step succeeds, so an existing output is complete. Index and run names carry the model
 folder's name and a fingerprint of its files, so a retrained model is never scored with a stale index.
 
-Nothing is tuned on test queries. The one setting the report chooses, DeepCT's BM25 k1/b, is chosen once for
-all datasets on development queries: SciFact's train split and an MS MARCO dev set built from the 100
+Nothing is tuned on test queries. The settings the report chooses, DeepCT's BM25 k1/b and its QL-JM lambda, are
+chosen once for all datasets on development queries: SciFact's train split and an MS MARCO dev set built from the 100
 training triples (corpus = DL19 subset passages + the 200 triple passages, qrels = each query's positive).
 Writes docs/report.md and the PNG plots in docs/ (with `--subset`: report-subset<N>.md and -subset<N> plots).
 """
@@ -67,7 +67,7 @@ DATASETS = {
 MSMARCO_DEV = "msmarco-dev"
 DEV_SETS = ("scifact-train", MSMARCO_DEV)
 OURS = ("aggretriever", "deepct", "aligner")
-BASE_METHODS = ("bm25", "splade-tiny", "minilm", *OURS)
+BASE_METHODS = ("bm25", "splade-tiny", "minilm", "aggretriever", "deepct", "deepct-qljm", "aligner")
 FUSED = ("aggretriever", "deepct", "aligner", "minilm")
 METHODS = (*BASE_METHODS, *(f"rrf-{m}" for m in FUSED), "aligner-pruning")
 LABELS = {
@@ -76,10 +76,12 @@ LABELS = {
     "minilm": "all-MiniLM-L6-v2 (Faiss flat)",
     "aggretriever": "Aggretriever (ours)",
     "deepct": "DeepCT-Index + BM25 (ours)",
+    "deepct-qljm": "DeepCT-Index + QL-JM (ours)",
     "aligner": "AligneR (ours)",
     **{f"rrf-{m}": f"RRF(BM25, {m})" for m in FUSED},
 }
 DEEPCT_GRID = tuple(itertools.product((0.9, 2.0, 5.0, 10.0), (0.4, 0.7, 0.9)))
+DEEPCT_QLJM_GRID = (0.1, 0.2, 0.4, 0.6, 0.8, 0.9)  # Jelinek-Mercer lambda (weight of the collection model)
 PRUNING_BETAS = (1.0, 0.4, 0.2, 0.1)
 HITS = 1000
 
@@ -153,23 +155,28 @@ def evaluate(qrels: Path, run: Path, recall_level: int | None) -> dict[str, floa
     return evaluate_run(qrels, run, ("ndcg_cut_10", "recall_100"), recall_level=recall_level)
 
 
-def bm25_grid(index: Path, topics: Path, qrels: Path, grid: Sequence[tuple[float, float]], threads: int,
-              hits: int = 100) -> list[dict[str, float]]:
-    """nDCG@10 and R@100 of BM25 at each (k1, b) over a Lucene index, in one JVM: Pyserini's LuceneSearcher
-    (what `python -m pyserini.search.lucene --bm25 --k1 --b` runs) scored by ir_measures; a query without
-    hits counts 0, as with trec_eval -c."""
+def lucene_grid(index: Path, topics: Path, qrels: Path, similarities: Sequence[tuple[float, ...]], threads: int,
+                hits: int = 100) -> list[dict[str, float]]:
+    """nDCG@10 and R@100 over a Lucene index for each similarity, in one JVM: (k1, b) is BM25 (Pyserini's
+    LuceneSearcher.set_bm25, what `python -m pyserini.search.lucene --bm25 --k1 --b` runs), (lambda,) is QL-JM
+    (what `pyserini-ext lucene search --qljm --lambda` runs); scored by ir_measures, a query without hits counts
+    0, as with trec_eval -c."""
     import ir_measures
     from ir_measures import R, nDCG
-    from pyserini.search.lucene import LuceneSearcher
+
+    from pyserini_ext.search.lucene import ClassicLuceneSearcher
 
     queries = dict(line.rstrip("\n").split("\t", 1) for line in topics.read_text(encoding="utf-8").splitlines()
                    if line.strip())
     judged = list(ir_measures.read_trec_qrels(str(qrels)))
     qids = {q.query_id for q in judged}
-    searcher = LuceneSearcher(str(index))
+    searcher = ClassicLuceneSearcher(str(index))
     figures = []
-    for k1, b in grid:
-        searcher.set_bm25(k1, b)
+    for similarity in similarities:
+        if len(similarity) == 2:
+            searcher.set_bm25(*similarity)
+        else:
+            searcher.set_qljm(*similarity)
         results = searcher.batch_search(list(queries.values()), list(queries), k=hits, threads=threads)
         run = {qid: {hit.docid: hit.score for hit in hits_} for qid, hits_ in results.items() if hits_}
         totals = {"ndcg_cut_10": 0.0, "recall_100": 0.0}
@@ -494,8 +501,7 @@ class Report:
             "--encoder", encoder, "--encoder-class", encoder_class, *extra, "--device", "cpu",
             "--output", run, "--hits", str(HITS), "--batch-size", "64", "--threads", str(self.args.threads)], run)
 
-    def run_method(self, c: Corpus, split: str, method: str, deepct_k1_b: tuple[float, float] | None
-                   ) -> tuple[Path, list[Path]]:
+    def run_method(self, c: Corpus, split: str, method: str, deepct: dict | None) -> tuple[Path, list[Path]]:
         """(run, indexes it needs) for one base method."""
         if method == "bm25":
             index = self.lucene_index(c)
@@ -519,9 +525,17 @@ class Report:
             return self.faiss_search(c, split, index, f"aggretriever.{tag}", model, "aggretriever"), [index]
         if method == "deepct":
             index = self.deepct_index(c)
-            k1, b = deepct_k1_b
+            k1, b = deepct["k1"], deepct["b"]
             label = f"{index.name.removeprefix('index.')}.k1_{k1:g}.b_{b:g}"
             return self.lucene_search(c, split, index, label, ["--bm25", "--k1", f"{k1:g}", "--b", f"{b:g}"]), [index]
+        if method == "deepct-qljm":  # Pyserini's search has no Jelinek-Mercer smoothing: our `lucene search` does
+            index = self.deepct_index(c)
+            lambda_ = deepct["lambda"]
+            run = c.folder / f"run.{index.name.removeprefix('index.')}.qljm_{lambda_:g}.{split}.txt"
+            return self.step(c.name, f"{index.name} QL-JM lambda {lambda_:g} search ({split})", [
+                self.py, "-m", "pyserini_ext.cli", "lucene", "search", "--index", index, "--topics", c.topics[split],
+                "--qljm", "--lambda", f"{lambda_:g}", "--hits", str(HITS), "--threads", str(self.args.threads),
+                "--output", run], run), [index]
         if method == "aligner":
             return self.aligner_run(c, split, self.args.aligner_beta_d)
         raise ValueError(method)
@@ -543,44 +557,62 @@ class Report:
     # -- DeepCT's k1/b on the development queries ---------------------------------------------------------
 
     def tune_deepct(self) -> dict:
-        if self.args.deepct_k1_b:
+        """DeepCT's BM25 (k1, b) and QL-JM lambda: each the best mean nDCG@10 over the development sets."""
+        given = self.args.deepct_k1_b is not None, self.args.deepct_lambda is not None
+        if all(given):
             k1, b = self.args.deepct_k1_b
-            return {"k1": k1, "b": b, "source": "given on the command line (--deepct-k1-b)", "grid": []}
+            return {"k1": k1, "b": b, "lambda": self.args.deepct_lambda, "grid": [], "qljm_grid": [],
+                    "source": "given on the command line (--deepct-k1-b, --deepct-lambda)"}
         tag = model_tag(self.model("deepct"))
         cache = self.root / f"deepct-tuning.{tag}.json"
-        if cache.exists():
-            return json.loads(cache.read_text())
-        print("DeepCT k1/b on development queries (SciFact train + MS MARCO triples dev)", flush=True)
+        result = json.loads(cache.read_text()) if cache.exists() else {}
+        if "qljm_grid" not in result:  # a cache from before QL-JM was tuned: search both grids again
+            result = self._deepct_grids()
+            atomic_write_text(cache, json.dumps(result, indent=1))
+            self.save_timings()
+        if given[0]:
+            result.update(zip(("k1", "b"), self.args.deepct_k1_b), source="k1/b given on the command line")
+        if given[1]:
+            result.update({"lambda": self.args.deepct_lambda, "source": "lambda given on the command line"})
+        return result
+
+    def _deepct_grids(self) -> dict:
+        print("DeepCT BM25 k1/b and QL-JM lambda on development queries (SciFact train + MS MARCO triples dev)",
+              flush=True)
         dev = {"scifact-train": (self.corpus("scifact", "scifact", ["test", "train"]), "train"),
                MSMARCO_DEV: (self.msmarco_dev(), "dev")}
+        similarities = [*DEEPCT_GRID, *((lambda_,) for lambda_ in DEEPCT_QLJM_GRID)]
         figures, reference = {}, {}
         for name, (c, split) in dev.items():
             plain, deepct = self.lucene_index(c), self.deepct_index(c)
             started = time.perf_counter()
-            print(f"  [run] {name}: BM25 at {len(DEEPCT_GRID)} k1/b settings on {deepct.name} ...", flush=True)
+            print(f"  [run] {name}: {len(similarities)} settings on {deepct.name} ...", flush=True)
             self.commands.setdefault("development queries", []).append(
-                f"# in one process: pyserini.search.lucene.LuceneSearcher + set_bm25(k1, b), the class that\n"
-                f"#   python -m pyserini.search.lucene --index INDEX --topics {c.topics[split]} --bm25 --k1 K1 --b B "
-                f"--hits 100\n# runs; scored with ir_measures nDCG@10 and R@100 (qrels {c.qrels[split]})")
-            reference[name] = bm25_grid(plain, c.topics[split], c.qrels[split], [(0.9, 0.4)], self.args.threads)[0]
-            figures[name] = bm25_grid(deepct, c.topics[split], c.qrels[split], DEEPCT_GRID, self.args.threads)
+                f"# in one process: pyserini_ext's ClassicLuceneSearcher (Pyserini's LuceneSearcher + QL-JM):\n"
+                f"#   set_bm25(k1, b), what python -m pyserini.search.lucene --index INDEX --topics "
+                f"{c.topics[split]} --bm25 --k1 K1 --b B --hits 100 runs,\n#   set_qljm(lambda), what pyserini-ext "
+                f"lucene search --qljm --lambda L runs; scored with ir_measures nDCG@10 and R@100 (qrels "
+                f"{c.qrels[split]})")
+            reference[name] = lucene_grid(plain, c.topics[split], c.qrels[split], [(0.9, 0.4)], self.args.threads)[0]
+            figures[name] = lucene_grid(deepct, c.topics[split], c.qrels[split], similarities, self.args.threads)
             seconds = time.perf_counter() - started
-            self.timings[f"development queries/{name} BM25 grid"] = round(seconds, 1)
+            self.timings[f"development queries/{name} DeepCT grid"] = round(seconds, 1)
             print(f"  [done] {name} grid in {seconds:.0f} s", flush=True)
-        grid = []
-        for i, (k1, b) in enumerate(DEEPCT_GRID):
-            row = {"k1": k1, "b": b, **{name: figures[name][i] for name in dev}}
+        rows = []
+        for i, similarity in enumerate(similarities):
+            row = dict(zip(("k1", "b"), similarity)) if len(similarity) == 2 else {"lambda": similarity[0]}
+            row.update({name: figures[name][i] for name in dev})
             row["mean_ndcg_cut_10"] = sum(row[n]["ndcg_cut_10"] for n in dev) / len(dev)
-            print(f"  k1 {k1:g} b {b:g}: " + ", ".join(f"{n} {row[n]['ndcg_cut_10']:.4f}" for n in dev)
+            print(f"  {similarity}: " + ", ".join(f"{n} {row[n]['ndcg_cut_10']:.4f}" for n in dev)
                   + f", mean {row['mean_ndcg_cut_10']:.4f}", flush=True)
-            grid.append(row)
+            rows.append(row)
+        grid, qljm_grid = rows[:len(DEEPCT_GRID)], rows[len(DEEPCT_GRID):]
         best = max(grid, key=lambda r: r["mean_ndcg_cut_10"])  # ties: the first in grid order
-        result = {"k1": best["k1"], "b": best["b"], "grid": grid, "bm25_reference": reference,
-                  "source": "best mean nDCG@10 over SciFact train and the MS MARCO triples dev set"}
-        atomic_write_text(cache, json.dumps(result, indent=1))
-        self.save_timings()
-        print(f"  chosen k1 {best['k1']:g} b {best['b']:g}", flush=True)
-        return result
+        best_qljm = max(qljm_grid, key=lambda r: r["mean_ndcg_cut_10"])
+        print(f"  chosen BM25 k1 {best['k1']:g} b {best['b']:g}, QL-JM lambda {best_qljm['lambda']:g}", flush=True)
+        return {"k1": best["k1"], "b": best["b"], "lambda": best_qljm["lambda"], "grid": grid,
+                "qljm_grid": qljm_grid, "bm25_reference": reference,
+                "source": "each the best mean nDCG@10 over SciFact train and the MS MARCO triples dev set"}
 
     # -- one dataset --------------------------------------------------------------------------------------
 
@@ -605,8 +637,7 @@ class Report:
             return figures
 
         for method in wanted:
-            k1_b = (deepct["k1"], deepct["b"]) if deepct else None
-            runs[method], indexes[method] = self.run_method(c, split, method, k1_b)
+            runs[method], indexes[method] = self.run_method(c, split, method, deepct)
             if method in methods:
                 results[method] = score(LABELS[method], runs[method], indexes[method])
         for fused in FUSED:
@@ -688,12 +719,13 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "the SciFact corpus) and an MS MARCO dev set built from the 100 training triples in "
                f"`{args.triples}` (corpus = the DL19 subset's passages + the 200 triple passages `triples-p{{i}}` / "
                "`triples-n{i}`, qrels = each query's positive). BM25 uses Pyserini's defaults (k1 0.9, b 0.4) "
-               "and every other model its defaults: the one setting chosen is DeepCT's BM25 k1/b, once for all "
-               "datasets, by the best mean nDCG@10 over the two development sets (grid runs: Pyserini's "
-               "LuceneSearcher, 100 hits, scored with ir_measures); the same development set would serve any "
-               "further choice.\n")
+               "and every other model its defaults: the settings chosen are DeepCT's BM25 k1/b and its QL-JM "
+               "lambda, once for all datasets, each by the best mean nDCG@10 over the two development sets (grid "
+               "runs: Pyserini's LuceneSearcher, 100 hits, scored with ir_measures); the same development set "
+               "would serve any further choice.\n")
     if deepct:
-        out.append(f"DeepCT: k1 = {deepct['k1']:g}, b = {deepct['b']:g} ({deepct['source']}).\n")
+        out.append(f"DeepCT: BM25 k1 = {deepct['k1']:g}, b = {deepct['b']:g}; QL-JM lambda = {deepct['lambda']:g} "
+                   f"({deepct['source']}).\n")
         if deepct.get("grid"):
             names = [n for n in DEV_SETS if n in deepct["grid"][0]]
             rows = [(f"{r['k1']:g}", f"{r['b']:g}", *(r[n]["ndcg_cut_10"] for n in names), r["mean_ndcg_cut_10"])
@@ -702,6 +734,11 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
             rows.append(("BM25 0.9", "0.4 (plain index)", *(ref[n]["ndcg_cut_10"] for n in names),
                          sum(ref[n]["ndcg_cut_10"] for n in names) / len(names)))
             out.append(markdown_table(("k1", "b", *(f"{n} nDCG@10" for n in names), "mean"), rows))
+        if deepct.get("qljm_grid"):
+            names = [n for n in DEV_SETS if n in deepct["qljm_grid"][0]]
+            out.append(markdown_table(("QL-JM lambda", *(f"{n} nDCG@10" for n in names), "mean"), [
+                (f"{r['lambda']:g}", *(r[n]["ndcg_cut_10"] for n in names), r["mean_ndcg_cut_10"])
+                for r in deepct["qljm_grid"]]))
     if report.timings:
         out.append("## Wall time per step (this machine, seconds)\n\n" + markdown_table(
             ("step", "s"), [(k, f"{v:.0f}") for k, v in report.timings.items()]))
@@ -728,7 +765,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--aligner-beta-q", type=float, default=DEFAULT_BETA_Q,
                         help="AligneR query tokens kept (the searcher's default)")
     parser.add_argument("--deepct-k1-b", type=float, nargs=2, metavar=("K1", "B"),
-                        help="skip the tuning on development queries (the report says so)")
+                        help="DeepCT's BM25 k1 b instead of the development-set choice (the report says so)")
+    parser.add_argument("--deepct-lambda", type=float,
+                        help="DeepCT's QL-JM lambda instead of the development-set choice (the report says so)")
     parser.add_argument("--triples", default=str(data_home() / "msmarco-train-triples-sample" / "triples.tsv.gz"))
     parser.add_argument("--max-length", type=int, default=256, help="passage tokens for pyserini.encode")
     parser.add_argument("--batch-size", type=int, default=32, help="pyserini.encode batch size")
@@ -745,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     report = Report(args)
     print(f"work folder {report.root}; each step's own progress bars: tail -f {report.log}", flush=True)
-    deepct = report.tune_deepct() if "deepct" in args.methods or "rrf-deepct" in args.methods else None
+    deepct = (report.tune_deepct() if {"deepct", "deepct-qljm", "rrf-deepct"} & set(args.methods) else None)
     results, pruning = {}, {}
     for key in args.datasets:
         methods = [m for m in args.methods if f"{key}:{m.removeprefix('rrf-')}" not in args.skip
