@@ -43,8 +43,9 @@ def test_centroid_ids_are_the_quantizer_assignments(encoded, tmp_path):
 
 
 def test_residual_codec_decodes_unit_vectors_closer_to_the_originals(encoded, tmp_path):
+    # 8-bit codes: on these random 32-dim vectors 6-bit codes are too coarse for the renormalisation to show
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
-                                          nlist=16, pq_m=8, train_size=2000, progress=False))
+                                          nlist=16, pq_m=8, pq_bits=8, train_size=2000, progress=False))
     rows = np.arange(index.tokens)
     decoded = index.codec.decode(rows)
     assert np.allclose(np.linalg.norm(decoded, axis=1), 1, atol=1e-5)
@@ -85,6 +86,13 @@ def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(e
     scores, token_centroids = queries @ generator.centroids.T, index.codec.centroid_ids()
     approx = {d: float(weights @ scores[:, token_centroids[index.doc_of_token == d]].max(axis=1)) for d in everything}
     assert sorted((approx[d] for d in kept), reverse=True) == pytest.approx(sorted(approx.values(), reverse=True)[:20])
+
+
+def test_residual_pq_defaults_to_32_six_bit_codes(encoded, tmp_path):
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
+                                          nlist=16, train_size=2000, progress=False))
+    assert (index.metadata["pq_m"], index.metadata["pq_bits"]) == (32, 6)
+    assert index.codec.codes.shape == (index.tokens, 1 + 24)  # centroid id + 32 x 6 bits
 
 
 def test_centroid_candidates_need_the_residual_codec(encoded, tmp_path):

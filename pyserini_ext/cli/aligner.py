@@ -55,7 +55,7 @@ class AlignerIndexOptions(IndexingOptions):
     candidates: str | None = option(None, choices=("flat", "ivfpq", "hnsw", "centroid"), help="candidate generator")
     nlist: int | None = option(None, help="IVF lists (by default ~4 sqrt(tokens), at most 1024)", min=1)
     pq_m: int | None = option(None, help="PQ sub-quantizers of the residual code", min=1)
-    pq_bits: int | None = option(None, help="bits per PQ sub-quantizer code (8; 6 with --pq-m 32: 24 bytes)", min=1,
+    pq_bits: int | None = option(None, help="bits per PQ code (residual-pq: 6, i.e. 24 bytes; ivfpq: 8)", min=1,
                                  max=16)
     max_length: int | None = option(None, help="document tokens (default: the model's)", min=1)
     threads: int = option(DEFAULT_THREADS, help="torch and Faiss CPU threads", min=1)

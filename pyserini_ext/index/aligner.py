@@ -148,6 +148,12 @@ def prune_tokens(offsets: np.ndarray, salience_scores: np.ndarray, beta_d: float
     return np.flatnonzero(rank_in_doc < keep_per_doc[doc_of_token])
 
 
+# Residual codes of 32 x 6 bits (24 bytes; ~30.5 bytes per kept token with the centroid id, weights and lists):
+# chosen on SciFact train queries at every query token (docs/aligner.md): -0.54 nDCG@10 points from exact, where
+# 32 x 8 bits (38.7 bytes/token) gives -0.13 and 16 x 8 bits (22.7) -1.73.
+RESIDUAL_PQ_BITS = 6
+
+
 def default_nlist(n_tokens: int) -> int:
     """About 4 * sqrt(tokens) coarse centroids (power of two), between 16 and 1024 (CPU k-means time)."""
     return int(min(1024, max(16, 2 ** round(np.log2(max(1.0, 4 * np.sqrt(n_tokens)))))))
@@ -156,12 +162,14 @@ def default_nlist(n_tokens: int) -> int:
 def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float = 1.0, codec: str = "float16",
                 candidates: str = "flat", nlist: int | None = None, pq_m: int = 32, hnsw_m: int = 32,
                 train_size: int | None = None, overwrite: bool = False, progress: bool = True,
-                pq_bits: int = 8) -> Path:
+                pq_bits: int | None = None) -> Path:
     """Write an AligneR index folder (see the module docstring); returns its path.
 
     train_size: token vectors sampled to train IVF/PQ (default max(64 * nlist, 65536)); pq_bits: bits per PQ
-    sub-quantizer code of the residual-pq codec (8, or 4 for twice the sub-quantizers in the same bytes).
+    sub-quantizer code (default RESIDUAL_PQ_BITS for the residual-pq codec, 8 for an ivfpq candidate index alone).
     """
+    if pq_bits is None:
+        pq_bits = RESIDUAL_PQ_BITS if codec == "residual-pq" else 8
     if codec not in CODECS:
         raise ValueError(f"codec must be one of {tuple(CODECS)}, got {codec!r}")
     if candidates not in CANDIDATES:
