@@ -44,7 +44,7 @@ def timed_search(search, items) -> tuple[dict, np.ndarray]:
     return run, np.array(latencies) * 1000
 
 
-DEFAULT_COMPRESSED = "pq16x8,nprobe4"
+DEFAULT_COMPRESSED = "pq32x6,nprobe4"
 
 
 def compressed_setting(text: str) -> dict:
