@@ -42,6 +42,7 @@ from pyserini_ext.data import (
     write_trec_qrels,
 )
 from pyserini_ext.evaluation import evaluate as evaluate_run
+from pyserini_ext.index.aligner import DUPLICATE_COSINE
 from pyserini_ext.index.lucene import lucene_index_command
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
@@ -470,8 +471,10 @@ class Report:
     def aligner_index(self, c: Corpus, beta_d: float) -> Path:
         model = self.model("aligner")
         tag = model_tag(model)
-        output = c.folder / f"index.aligner.{tag}.beta{beta_d:g}"
-        return self.step(c.name, f"AligneR index beta_d {beta_d:g}", [
+        # the pruning rule is in the name: an index pruned by an older rule is never reused
+        rule = f".dup{DUPLICATE_COSINE:g}" if beta_d < 1 and DUPLICATE_COSINE is not None else ""
+        output = c.folder / f"index.aligner.{tag}.beta{beta_d:g}{rule}"
+        return self.step(c.name, f"AligneR index beta_d {beta_d:g}{rule}", [
             self.py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--dataset", c.beir,
             "--encoded", c.folder / f"aligner.{tag}.encoded.npz", "--beta-d", f"{beta_d:g}",
             "--threads", str(self.args.threads), "--output", output], output)

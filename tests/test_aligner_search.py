@@ -10,7 +10,14 @@ import torch
 
 from pyserini_ext.data import document_text, write_json_collection, write_trec_qrels
 from pyserini_ext.evaluation import evaluate, write_trec_run
-from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, EncodedCorpus, build_index, encode_corpus
+from pyserini_ext.index.aligner import (
+    AlignerIndex,
+    AlignerIndexError,
+    EncodedCorpus,
+    build_index,
+    encode_corpus,
+    prune_tokens,
+)
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q, Alignment, alignment_scores
@@ -121,7 +128,7 @@ def test_compressed_index_loses_little_recall(model, sample, exact_index, compre
 
 
 def test_pruning_keeps_top_salience_tokens(model, encoded, tmp_path):
-    folder = build_index(encoded, tmp_path / "pruned", beta_d=0.4, progress=False)
+    folder = build_index(encoded, tmp_path / "pruned", beta_d=0.4, duplicate_cosine=None, progress=False)
     index = AlignerIndex.open(folder)
     full_lengths = np.diff(encoded.offsets)
     assert np.diff(index.offsets).tolist() == np.maximum(1, np.ceil(full_lengths * 0.4 - 1e-9)).astype(int).tolist()
@@ -130,6 +137,41 @@ def test_pruning_keeps_top_salience_tokens(model, encoded, tmp_path):
     assert np.allclose(np.sort(np.asarray(index.weights[:index.offsets[1]], dtype=np.float32))[::-1], kept_scores,
                        atol=1e-2)
     assert index.metadata["counts"]["tokens"] < 0.45 * index.metadata["counts"]["tokens_before_pruning"]
+
+
+def test_pruning_pushes_near_copies_back():
+    """A near-copy of a more salient token of its document goes after the distinct tokens; other documents and
+    the token budget are unchanged."""
+    a, b, c = np.eye(3, dtype=np.float32)
+    near_a = (a + 0.1 * b) / np.linalg.norm(a + 0.1 * b)  # cosine 0.995 with a
+    vectors = np.stack([a, near_a, c, a, b, c])  # document 0: a, a', c; document 1: a, b, c
+    salience = np.array([3.0, 2.0, 1.0, 3.0, 2.0, 1.0], dtype=np.float32)
+    offsets = np.array([0, 3, 6])
+    assert prune_tokens(offsets, salience, 0.6).tolist() == [0, 1, 3, 4]
+    assert prune_tokens(offsets, salience, 0.6, vectors, 0.99).tolist() == [0, 2, 3, 4]
+    assert prune_tokens(offsets, salience, 0.6, vectors, 0.999).tolist() == [0, 1, 3, 4]  # not similar enough
+    assert prune_tokens(offsets, salience, 1.0, vectors, 0.99).tolist() == list(range(6))
+    with pytest.raises(ValueError, match="vectors"):
+        prune_tokens(offsets, salience, 0.6, None, 0.99)
+
+
+def test_pruned_index_with_near_copies_pushed_back(encoded, tmp_path):
+    plain = AlignerIndex.open(build_index(encoded, tmp_path / "plain", beta_d=0.4, duplicate_cosine=None,
+                                          progress=False))
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "distinct", beta_d=0.4, duplicate_cosine=0.9,
+                                          progress=False))
+    assert index.metadata["duplicate_cosine"] == 0.9 and plain.metadata["duplicate_cosine"] is None
+    assert np.array_equal(index.offsets, plain.offsets)  # the same number of tokens per document
+    vectors = np.asarray(index.codec.decode(np.arange(index.tokens)), dtype=np.float32)
+    plain_vectors = np.asarray(plain.codec.decode(np.arange(plain.tokens)), dtype=np.float32)
+
+    def near_copies(v, offsets):
+        return sum(int(np.tril(v[s:e] @ v[s:e].T >= 0.9, k=-1).any(axis=1).sum()) for s, e in zip(offsets[:-1],
+                                                                                                 offsets[1:]))
+
+    assert near_copies(vectors, index.offsets) < near_copies(plain_vectors, plain.offsets)
+    with pytest.raises(ValueError, match="duplicate_cosine"):
+        build_index(encoded, tmp_path / "bad", beta_d=0.4, duplicate_cosine=1.5, progress=False)
 
 
 def test_hybrid_searcher_and_pyserini_encoders(model, sample, exact_index, tmp_path):
