@@ -80,7 +80,7 @@ def main() -> None:
                         default=[compressed_setting(DEFAULT_COMPRESSED)],
                         help="residual-PQ settings pqMxBITS,nprobeN[,nlistN] (nprobe: centroids probed per query "
                              f"token; nlist default: the index's); default {DEFAULT_COMPRESSED}")
-    parser.add_argument("--neighbours", type=int, default=256, help="documents kept by the centroid stage")
+    parser.add_argument("--neighbours", type=int, help="documents kept by the centroid stage (default: the index's)")
     parser.add_argument("--encoded", help="cache of the corpus encoding (EncodedCorpus .npz), reused if present")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
@@ -123,7 +123,7 @@ def main() -> None:
         for number, (name, options, open_options) in enumerate(indexes):
             folder = build_index(encoded, Path(tmp) / str(number), beta_d=args.beta_d, progress=False, **options)
             index = AlignerIndex.open(folder, **open_options)
-            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if options else 256)
+            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if options else None)
 
             def multi_vector(query, searcher=searcher):
                 return {h.docid: h.score for h in searcher.rank(query[0], query[1], 10)}
@@ -135,7 +135,7 @@ def main() -> None:
     print(f"AligneR {Path(model_dir).name}, {args.dataset} {args.split}: {len(queries)} queries, {len(corpus)} "
           f"documents "
           f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), one thread; centroid stage: "
-          f"{args.neighbours} documents to exact scoring")
+          f"{args.neighbours or 'default'} documents to exact scoring")
     print(f"{'':38} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10}")
     report = {}
     for name, r in rows.items():

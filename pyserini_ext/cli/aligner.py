@@ -77,7 +77,8 @@ class AlignerSearchOptions(SearchOptions):
     model: str | None = option(None, help="model folder (default: the one recorded in the index)")
     beta_q: float | None = option(None, help="fraction of query tokens kept by salience", min=0.0, max=1.0)
     alignment: str | None = option(None, help="k=<int> or p=<fraction|percent%%>")
-    neighbours: int | None = option(None, help="nearest document tokens per query token", min=1)
+    neighbours: int | None = option(None, help="nearest document tokens per query token (token indexes: 256), or "
+                                    "documents kept by the centroid stage (1024)", min=1)
     nprobe: int | None = option(None, help="IVF lists (ivfpq) or centroids per query token (centroid) probed",
                                 min=1)
     device: str = option("cpu", help="torch device")

@@ -178,6 +178,7 @@ CODECS: dict[str, type[TokenCodec]] = {c.name: c for c in (Float16Store, Residua
 # ---- candidate generators ---------------------------------------------------------------------------------------
 class CandidateGenerator(ABC):
     name: ClassVar[str]
+    default_neighbours: ClassVar[int] = 256  # a searcher's `neighbours` when it is not given
 
     @classmethod
     @abstractmethod
@@ -270,6 +271,10 @@ class HnswCandidates(StoredTokenCandidates):
 
 class CentroidCandidates(CandidateGenerator):
     name = "centroid"
+    # documents to exact scoring, chosen on development queries (PQ32x6, 40% of tokens, every query token; nDCG@10
+    # below exact): SciFact train 256 -0.69, 512 -0.46, 1024 -0.46; MS MARCO triples dev 256 -1.90, 512 -0.90,
+    # 1024 -0.27 (docs/aligner.md)
+    default_neighbours = 1024
 
     def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray, documents: int,
                  nprobe: int):

@@ -25,10 +25,11 @@ from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, ali
 
 class AlignerSearcher:
     def __init__(self, index: str | os.PathLike | AlignerIndex, model: str | os.PathLike | AlignerModel,
-                 beta_q: float = DEFAULT_BETA_Q, alignment: Alignment | str = MAXSIM, neighbours: int = 256,
+                 beta_q: float = DEFAULT_BETA_Q, alignment: Alignment | str = MAXSIM, neighbours: int | None = None,
                  nprobe: int = 32, score_batch: int = 512, check_model: bool = True,
                  query_encoder: AlignerQueryEncoder | None = None):
-        """`query_encoder`: encode queries on its backend/precision (ONNX Runtime, bf16, int8) instead of `model`."""
+        """`neighbours`: see `candidate_documents` (default: the index's candidate generator's);
+        `query_encoder`: encode queries on its backend/precision (ONNX Runtime, bf16, int8) instead of `model`."""
         self.index = index if isinstance(index, AlignerIndex) else AlignerIndex.open(index, nprobe=nprobe)
         self.model = model if isinstance(model, AlignerModel) else AlignerModel.from_pretrained(model)
         if check_model and self.model.fingerprint() != self.index.model_fingerprint:
@@ -39,6 +40,8 @@ class AlignerSearcher:
                 "encoded by the same AligneR model")
         if not 0 < beta_q <= 1:
             raise ValueError(f"beta_q must be in (0, 1], got {beta_q}")
+        if neighbours is None:
+            neighbours = self.index.candidates.default_neighbours
         if neighbours < 1:
             raise ValueError(f"neighbours must be >= 1, got {neighbours}")
         self.beta_q = beta_q
