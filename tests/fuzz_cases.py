@@ -139,6 +139,7 @@ def write_lines(path: Path, lines: list[str], rng: random.Random) -> Path:
 class Options:
     argv: list[str]
     error_text: str = ""  # non-empty: the options are invalid and the error must say this
+    at_parse: bool = False  # the error comes from argument parsing, before any input file is read
 
 
 def lucene_options(rng: random.Random, invalid_rate: float = 0.3) -> Options:
@@ -186,7 +187,9 @@ def aligner_options(rng: random.Random) -> Options:
     hits = rng.choice([1, 3, 10])
     argv = ["--alignment", alignment, "--beta-q", str(beta_q), "--hits", str(hits)]
     error = ""
-    if not 0 < beta_q <= 1:  # checked first
+    if beta_q > 1:  # the option's own bound, at parse time
+        return Options(argv, "argument --beta-q: must be <= 1.0", at_parse=True)
+    if beta_q <= 0:  # the searcher's check, before the alignment's
         error = "beta_q must be in (0, 1]"
     elif alignment in ("k=0", "p=2", "x"):
         error = "alignment" if alignment != "x" else "cannot parse alignment"
