@@ -46,3 +46,14 @@ def test_queries_match_torch(model_dir, tmp_path):
     onnx_encoder = AggretrieverQueryEncoder(encoder_dir=str(model_dir), backend="onnx", onnx_dir=str(tmp_path / "onnx"))
     for query in ("what are microglia", "x", "a b c " * 40):
         assert np.abs(onnx_encoder.encode(query) - torch_encoder.encode(query)).max() <= 1e-5
+
+
+def test_bfloat16_on_cpu_runs_bfloat16_weights(model_dir):
+    """torch bfloat16 holds the model in bfloat16 (no per-chunk weight casts); the vectors stay close to float32."""
+    expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
+    encoder = AggretrieverDocumentEncoder(str(model_dir), device="cpu", precision="bfloat16")
+    assert {p.dtype for p in encoder.model.parameters()} == {torch.bfloat16}
+    got = encoder.encode(TEXTS, max_length=128)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    relative = np.linalg.norm(got - expected, axis=1) / np.linalg.norm(expected, axis=1)
+    assert 1e-5 < relative.max() <= 0.05

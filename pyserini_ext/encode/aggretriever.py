@@ -71,7 +71,10 @@ class _AggretrieverEncoder:
         model.position_chunk = runtime.position_chunk
         self.config, self.vocab_size = model.config, model.vocab_size
         if runtime.backend == "torch":
-            self.model = model.to(runtime.torch_device)
+            # bfloat16 weights, not only autocast: autocast would cast the [vocab, hidden] head weight again for every
+            # chunk of positions (28% of the CPU time, measured)
+            dtype = torch.bfloat16 if runtime.precision == "bfloat16" else None
+            self.model = model.to(runtime.torch_device, dtype)
             return
         if model.config.pooling == "no-mlm":
             raise ValueError("the ONNX backend covers the MLM poolings (agg*, agg+); use the torch backend for no-mlm")
