@@ -1,6 +1,7 @@
-"""How AligneR's index pruning rule was chosen: exact AligneR search of development queries over indexes pruned
-to `--beta-d` of each document's tokens, by salience alone and with near-copies pushed back at each
-`--duplicate-cosine`, plus the unpruned index. nDCG@10 (ir_measures), every query token, one thread.
+"""How AligneR's index-time token reduction was chosen: exact AligneR search of development queries over indexes
+keeping `--beta-d` of each document's vectors: pruned by salience alone, pruned with near-copies pushed back at
+each `--duplicate-cosine`, and pooled (`pool_tokens`), plus the unreduced index. nDCG@10 (ir_measures), every
+query token, one thread.
 
 Development sets (never test queries): SciFact train (the first `--scifact-queries` by id, whole corpus) and the
 MS MARCO triples dev set `make report` builds (100 queries; DL19 subset passages + the 200 triple passages).
@@ -61,20 +62,21 @@ def main() -> None:
                               scifact, "train", args.scifact_queries),
             "msmarco-dev": (msmarco_dev_encoding(workdir, args.tag, model, args.model, msmarco), msmarco, "dev",
                             None)}
-    settings = [(1.0, None), (args.beta_d, None), *((args.beta_d, c) for c in args.duplicate_cosine)]
+    settings = [(1.0, "prune", None), (args.beta_d, "prune", None),
+                *((args.beta_d, "prune", c) for c in args.duplicate_cosine), (args.beta_d, "pool", None)]
     encoder = AlignerQueryEncoder(args.model)
     for name, (encoded, dataset, split, first) in sets.items():
         qrels = dataset.qrels(split)
         qids = sorted(q for q in qrels if q in dataset.queries)[:first]
         queries = encoder.encode_tokens([dataset.queries[q] for q in qids], beta=DEFAULT_BETA_Q)
         with tempfile.TemporaryDirectory() as tmp:
-            for number, (beta_d, cosine) in enumerate(settings):
-                folder = build_index(encoded, Path(tmp) / str(number), beta_d=beta_d, duplicate_cosine=cosine,
-                                     progress=False)
+            for number, (beta_d, reduction, cosine) in enumerate(settings):
+                folder = build_index(encoded, Path(tmp) / str(number), beta_d=beta_d, reduction=reduction,
+                                     duplicate_cosine=cosine, progress=False)
                 searcher = AlignerSearcher(AlignerIndex.open(folder), model)
                 run = {q: {h.docid: h.score for h in searcher.rank(v[0], v[1], 10)} for q, v in zip(qids, queries)}
                 score = ir_measures.calc_aggregate([nDCG @ 10], {q: qrels[q] for q in qids}, run)[nDCG @ 10]
-                print(f"{name} ({len(qids)} queries) beta_d {beta_d:g} duplicate_cosine {cosine}: nDCG@10 "
+                print(f"{name} ({len(qids)} queries) beta_d {beta_d:g} {reduction} duplicate_cosine {cosine}: nDCG@10 "
                       f"{score:.4f}", flush=True)
 
 

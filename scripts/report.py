@@ -42,7 +42,7 @@ from pyserini_ext.data import (
     write_trec_qrels,
 )
 from pyserini_ext.evaluation import evaluate as evaluate_run
-from pyserini_ext.index.aligner import DUPLICATE_COSINE
+from pyserini_ext.index.aligner import DEFAULT_REDUCTION, DUPLICATE_COSINE
 from pyserini_ext.index.lucene import lucene_index_command
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
@@ -273,9 +273,9 @@ def plot_pruning(pruning: Mapping[str, Mapping[float, Mapping[str, float]]], pat
     ax.set_xscale("log")
     ticks = sorted({100 * b for points in pruning.values() for b in points})
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    ax.set_xlabel("document tokens kept at index time, --beta-d (%)")
+    ax.set_xlabel(f"document vectors kept at index time ({DEFAULT_REDUCTION}), --beta-d (%)")
     ax.set_ylabel("nDCG@10")
-    ax.set_title("AligneR salience pruning")
+    ax.set_title(f"AligneR index-time token reduction ({DEFAULT_REDUCTION})")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -476,8 +476,10 @@ class Report:
     def aligner_index(self, c: Corpus, beta_d: float) -> Path:
         model = self.model("aligner")
         tag = model_tag(model)
-        # the pruning rule is in the name: an index pruned by an older rule is never reused
-        rule = f".dup{DUPLICATE_COSINE:g}" if beta_d < 1 and DUPLICATE_COSINE is not None else ""
+        # the reduction rule is in the name: an index reduced by an older rule is never reused
+        rule = ""
+        if beta_d < 1:
+            rule = ".pool" if DEFAULT_REDUCTION == "pool" else f".dup{DUPLICATE_COSINE:g}"
         output = c.folder / f"index.aligner.{tag}.beta{beta_d:g}{rule}"
         return self.step(c.name, f"AligneR index beta_d {beta_d:g}{rule}", [
             self.py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--dataset", c.beir,
@@ -719,10 +721,10 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
     for key, rows in results.items():
         out.append(f"## {DATASETS[key].title}\n\n" + dataset_table(rows))
         if pruning.get(key):
-            out.append("AligneR pruning (`--beta-d` at index time):\n\n" + markdown_table(
-                ("beta_d", "nDCG@10", "R@100", "index MB"),
-                [(f"{b:g}", r["ndcg_cut_10"], r["recall_100"], f"{r['index_mb']:.1f}")
-                 for b, r in pruning[key].items()]))
+            table = markdown_table(("beta_d", "nDCG@10", "R@100", "index MB"),
+                                   [(f"{b:g}", r["ndcg_cut_10"], r["recall_100"], f"{r['index_mb']:.1f}")
+                                    for b, r in pruning[key].items()])
+            out.append(f"AligneR token reduction (`--beta-d` at index time, {DEFAULT_REDUCTION}):\n\n{table}")
     for name, plot in plots.items():
         out.append(f"![{name}]({os.path.relpath(plot, path.parent)})\n")
     out.append("## Settings chosen on development queries\n")

@@ -11,7 +11,7 @@ import torch
 from pyserini_ext.cli.aligner import main as aligner_cli
 from pyserini_ext.data import write_json_collection, write_topics, write_trec_qrels
 from pyserini_ext.evaluation import evaluate, read_trec_run
-from pyserini_ext.index.aligner import DUPLICATE_COSINE, build_index, encode_corpus
+from pyserini_ext.index.aligner import build_index, encode_corpus
 from pyserini_ext.models.aligner import AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
@@ -110,7 +110,7 @@ def test_cli_index_search_and_trec_eval(models, sample, tmp_path, capsys):
         aligner_cli(["index", "--model", str(folder), "--output", str(tmp_path / "i2")])
     assert refused.value.code == 2
     pruned = json.loads((tmp_path / "index" / "metadata.json").read_text())
-    assert (pruned["beta_d"], pruned["duplicate_cosine"]) == (0.4, DUPLICATE_COSINE)
+    assert (pruned["beta_d"], pruned["reduction"], pruned["duplicate_cosine"]) == (0.4, "pool", None)
     # the compressed index from the command line: PQ32x6 residual codes = 24 bytes + the centroid id
     assert aligner_cli(["index", "--corpus", str(collection), "--model", str(folder), "--output",
                         str(tmp_path / "pq"), "--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid",

@@ -16,6 +16,7 @@ from pyserini_ext.index.aligner import (
     EncodedCorpus,
     build_index,
     encode_corpus,
+    pool_tokens,
     prune_tokens,
 )
 from pyserini_ext.index.lucene import build_lucene_index
@@ -128,7 +129,8 @@ def test_compressed_index_loses_little_recall(model, sample, exact_index, compre
 
 
 def test_pruning_keeps_top_salience_tokens(model, encoded, tmp_path):
-    folder = build_index(encoded, tmp_path / "pruned", beta_d=0.4, duplicate_cosine=None, progress=False)
+    folder = build_index(encoded, tmp_path / "pruned", beta_d=0.4, reduction="prune", duplicate_cosine=None,
+                         progress=False)
     index = AlignerIndex.open(folder)
     full_lengths = np.diff(encoded.offsets)
     assert np.diff(index.offsets).tolist() == np.maximum(1, np.ceil(full_lengths * 0.4 - 1e-9)).astype(int).tolist()
@@ -156,10 +158,10 @@ def test_pruning_pushes_near_copies_back():
 
 
 def test_pruned_index_with_near_copies_pushed_back(encoded, tmp_path):
-    plain = AlignerIndex.open(build_index(encoded, tmp_path / "plain", beta_d=0.4, duplicate_cosine=None,
-                                          progress=False))
-    index = AlignerIndex.open(build_index(encoded, tmp_path / "distinct", beta_d=0.4, duplicate_cosine=0.9,
-                                          progress=False))
+    plain = AlignerIndex.open(build_index(encoded, tmp_path / "plain", beta_d=0.4, reduction="prune",
+                                          duplicate_cosine=None, progress=False))
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "distinct", beta_d=0.4, reduction="prune",
+                                          duplicate_cosine=0.9, progress=False))
     assert index.metadata["duplicate_cosine"] == 0.9 and plain.metadata["duplicate_cosine"] is None
     assert np.array_equal(index.offsets, plain.offsets)  # the same number of tokens per document
     vectors = np.asarray(index.codec.decode(np.arange(index.tokens)), dtype=np.float32)
@@ -172,6 +174,38 @@ def test_pruned_index_with_near_copies_pushed_back(encoded, tmp_path):
     assert near_copies(vectors, index.offsets) < near_copies(plain_vectors, plain.offsets)
     with pytest.raises(ValueError, match="duplicate_cosine"):
         build_index(encoded, tmp_path / "bad", beta_d=0.4, duplicate_cosine=1.5, progress=False)
+
+
+def test_pooling_merges_similar_tokens():
+    """Ward clusters of each document's tokens; a cluster is the salience-weighted mean, normalised, with its most
+    salient member's score; a document within its budget is kept as it is."""
+    a, b, c = np.eye(3)
+    near_a, near_b = (a + 0.1 * b) / np.linalg.norm(a + 0.1 * b), (b + 0.1 * c) / np.linalg.norm(b + 0.1 * c)
+    vectors = np.stack([a, near_a, b, near_b, c, a, c]).astype(np.float16)  # document 0: 5 tokens, document 1: 2
+    salience = np.array([3.0, 1.0, -1.0, 2.0, 0.5, 1.0, 2.0], dtype=np.float32)
+    offsets, pooled, scores = pool_tokens(np.array([0, 5, 7]), vectors, salience, 0.6)
+    assert offsets.tolist() == [0, 3, 5] and pooled.dtype == np.float16
+    by_score = np.argsort(-scores[:3])
+    merged_a = 3 * a + 1 * near_a
+    assert scores[:3][by_score].tolist() == [3.0, 2.0, 0.5]
+    assert np.allclose(pooled[:3][by_score].astype(np.float32), [merged_a / np.linalg.norm(merged_a), near_b, c],
+                       atol=2e-3)  # b has no salience: the b group is near_b
+    assert np.array_equal(pooled[3:], vectors[5:]) and scores[3:].tolist() == [1.0, 2.0]
+    assert np.allclose(np.linalg.norm(pooled.astype(np.float32), axis=1), 1, atol=1e-3)
+    with pytest.raises(ValueError, match="beta_d"):
+        pool_tokens(np.array([0, 5, 7]), vectors, salience, 0.0)
+
+
+def test_pooled_index_keeps_the_budget(encoded, tmp_path):
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "pooled", beta_d=0.4, progress=False))
+    budget = np.maximum(1, np.ceil(np.diff(encoded.offsets) * 0.4 - 1e-9)).astype(int)
+    lengths = np.diff(index.offsets)
+    assert np.all(lengths <= budget) and lengths.sum() >= 0.99 * budget.sum()
+    assert (index.metadata["reduction"], index.metadata["duplicate_cosine"]) == ("pool", None)
+    vectors = np.asarray(index.codec.decode(np.arange(index.tokens)), dtype=np.float32)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=2e-3)
+    with pytest.raises(ValueError, match="reduction"):
+        build_index(encoded, tmp_path / "bad", beta_d=0.4, reduction="merge", progress=False)
 
 
 def test_hybrid_searcher_and_pyserini_encoders(model, sample, exact_index, tmp_path):

@@ -51,6 +51,8 @@ class AlignerIndexOptions(IndexingOptions):
     corpus: str | None = option(None, help="Pyserini JsonCollection folder or file")
     encoded: str | None = option(None, help="cache of the unpruned encoding (.npz): reused if present, else written")
     beta_d: float | None = option(None, help="fraction of each document's tokens kept", min=0.0, max=1.0)
+    reduction: str | None = option(None, choices=("pool", "prune"), help="how beta_d < 1 keeps vectors: merge "
+                                   "similar tokens (pool) or keep the most salient (prune); default: pool")
     duplicate_cosine: float | None = option(None, help="when pruning, tokens this similar (cosine) to a more salient "
                                             "token of their document go last (default: the index's)", min=0.0,
                                             max=1.0)
@@ -147,7 +149,8 @@ def index(options: AlignerIndexOptions) -> int:
         corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
     model_path = resolve_model(options.model, "aligner")
     settings = {name: getattr(options, name)
-                for name in ("beta_d", "duplicate_cosine", "codec", "candidates", "nlist", "pq_m", "pq_bits")
+                for name in ("beta_d", "reduction", "duplicate_cosine", "codec", "candidates", "nlist", "pq_m",
+                             "pq_bits")
                 if getattr(options, name) is not None}
     if options.on_ray():
         from pyserini_ext.index.scale import encode_on_ray

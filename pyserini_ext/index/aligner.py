@@ -2,14 +2,14 @@
 
 Two steps, so that one (slow) encoding serves several pruning ratios:
 1. `encode_corpus` -> `EncodedCorpus`: every token vector (float16) and its document-salience pre-activation.
-2. `build_index(encoded, folder, beta_d, codec, candidates)`: keeps the top ceil(beta_d * m) tokens of each
-   document by salience, near-copies of a more salient token of the document last (original order kept), and
-   writes
+2. `build_index(encoded, folder, beta_d, codec, candidates)`: keeps ceil(beta_d * m) vectors of each document's
+   m tokens, by default merging similar tokens (`pool_tokens`), or pruning to the most salient ones
+   (`prune_tokens`, reduction="prune"), and writes
 
    metadata.json   format, model (path, fingerprint), dims, beta_d, codec, candidates, counts, bytes per part
    docids.txt      one docid per line, in index order
    offsets.npy     int64 [documents + 1]: tokens of document i are rows offsets[i]:offsets[i + 1]
-   weights.npy     float16 [tokens]: document salience u = ReLU(W d + b) of every kept token
+   weights.npy     float16 [tokens]: document salience u = ReLU(W d + b) of every kept (or pooled) token
    vectors.npy     float16 [tokens, dim]                            (codec "float16")
    codes.npy + codec.faiss   uint8 [tokens, code bytes] + trained IVF-PQ   (codec "residual-pq": centroid id
                    + PQ code of the residual, ColBERTv2-style; decoded with Faiss `sa_decode`)
@@ -165,11 +165,53 @@ def prune_tokens(offsets: np.ndarray, salience_scores: np.ndarray, beta_d: float
     return np.flatnonzero(rank_in_doc < keep_per_doc[doc_of_token])
 
 
+def pool_tokens(offsets: np.ndarray, vectors: np.ndarray, salience_scores: np.ndarray, beta_d: float,
+                progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, vectors, salience scores) with each document's m tokens merged into at most ceil(beta_d * m).
+
+    Token pooling (Clavie et al., 2024): Ward-linkage clusters of each document's token vectors; a cluster becomes
+    the salience-weighted mean of its members, L2-normalised, and keeps its most salient member's score. Unlike
+    pruning, no part of the document loses its vector: the tokens that go are merged into their nearest group.
+    Fewer clusters than the budget come out only where vectors are identical.
+    """
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    if not 0 < beta_d <= 1:
+        raise ValueError(f"beta_d must be in (0, 1], got {beta_d}")
+    pooled_vectors, pooled_scores, pooled_lengths = [], [], []
+    for start, stop in tqdm(list(zip(offsets[:-1], offsets[1:])), desc="pool tokens", disable=not progress):
+        block = np.asarray(vectors[start:stop], dtype=np.float64)
+        scores = np.asarray(salience_scores[start:stop], dtype=np.float32)
+        budget = max(1, int(np.ceil(len(block) * beta_d - 1e-9)))
+        if budget >= len(block):
+            pooled_vectors.append(block)
+            pooled_scores.append(scores)
+            pooled_lengths.append(len(block))
+            continue
+        labels = fcluster(linkage(block, method="ward"), budget, criterion="maxclust")
+        order = np.argsort(labels, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(labels[order]) != 0])
+        weights = np.maximum(scores[order], 0)[:, None] + 1e-6  # all-zero salience: the plain mean
+        means = np.add.reduceat(block[order] * weights, starts)
+        pooled_vectors.append(means / np.linalg.norm(means, axis=1, keepdims=True))
+        pooled_scores.append(np.maximum.reduceat(scores[order], starts))
+        pooled_lengths.append(len(starts))
+    return (np.concatenate([[0], np.cumsum(pooled_lengths)]).astype(np.int64),
+            np.concatenate(pooled_vectors).astype(vectors.dtype), np.concatenate(pooled_scores))
+
+
 # Pruning pushes a token back when its cosine with a more salient token of its document is at least this. Chosen
 # on development queries (40% of tokens, every query token, aligner-minilm; docs/aligner.md): SciFact train /
 # MS MARCO triples dev nDCG@10, by salience alone 0.6791 / 0.9387, 0.9 0.6918 / 0.9447, 0.85 0.6949 / 0.9581,
 # 0.8 0.6904 / 0.9540, 0.75 - / 0.9391, 0.7 0.6988 / 0.9286 (best mean: 0.85).
 DUPLICATE_COSINE: float | None = 0.85
+
+# How an index keeps ceil(beta_d * m) vectors of a document's m tokens: "pool" merges them (`pool_tokens`),
+# "prune" keeps the most salient (`prune_tokens`). Chosen on development queries (40% of the vectors, every query
+# token, aligner-minilm, scripts/dev_pruning.py; docs/aligner.md): SciFact train / MS MARCO triples dev nDCG@10,
+# all tokens 0.7000 / 0.9738, prune (near-copies last) 0.6949 / 0.9581, pool 0.6960 / 0.9638.
+REDUCTIONS = ("pool", "prune")
+DEFAULT_REDUCTION = "pool"
 
 # Residual codes of 32 x 6 bits (24 bytes; ~30.5 bytes per kept token with the centroid id, weights and lists):
 # chosen on SciFact train queries at every query token (docs/aligner.md): -0.54 nDCG@10 points from exact, where
@@ -185,14 +227,18 @@ def default_nlist(n_tokens: int) -> int:
 def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float = 1.0, codec: str = "float16",
                 candidates: str = "flat", nlist: int | None = None, pq_m: int = 32, hnsw_m: int = 32,
                 train_size: int | None = None, overwrite: bool = False, progress: bool = True,
-                pq_bits: int | None = None, duplicate_cosine: float | None = DUPLICATE_COSINE) -> Path:
+                pq_bits: int | None = None, duplicate_cosine: float | None = DUPLICATE_COSINE,
+                reduction: str = DEFAULT_REDUCTION) -> Path:
     """Write an AligneR index folder (see the module docstring); returns its path.
 
     train_size: token vectors sampled to train IVF/PQ (default max(64 * nlist, 65536)); pq_bits: bits per PQ
     sub-quantizer code (default RESIDUAL_PQ_BITS for the residual-pq codec, 8 for an ivfpq candidate index alone);
-    duplicate_cosine: near-copies of a more salient token of the same document are pruned first (`prune_tokens`;
-    None: by salience alone).
+    reduction: how beta_d < 1 keeps ceil(beta_d * m) vectors per document, "pool" (`pool_tokens`) or "prune"
+    (`prune_tokens`); duplicate_cosine: when pruning, near-copies of a more salient token of the same document go
+    first (None: by salience alone).
     """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if duplicate_cosine is not None and not 0 < duplicate_cosine <= 1:
         raise ValueError(f"duplicate_cosine must be in (0, 1], got {duplicate_cosine}")
     if pq_bits is None:
@@ -213,12 +259,17 @@ def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float
         raise ValueError(f"pq_m={pq_m} must divide the vector dimension {dim}")
     steps = tqdm(total=4, desc=f"index beta_d={beta_d:g}", disable=not progress)
     started = time.time()
-    kept = prune_tokens(encoded.offsets, encoded.salience_scores, beta_d, encoded.vectors, duplicate_cosine)
-    lengths = np.diff(encoded.offsets)
-    kept_lengths = np.bincount(np.repeat(np.arange(len(lengths)), lengths)[kept], minlength=len(lengths))
-    offsets = np.concatenate([[0], np.cumsum(kept_lengths)]).astype(np.int64)
-    vectors = encoded.vectors[kept]
-    weights = np.maximum(encoded.salience_scores[kept], 0).astype(np.float16)
+    if reduction == "pool" and beta_d < 1:
+        offsets, vectors, scores = pool_tokens(encoded.offsets, encoded.vectors, encoded.salience_scores, beta_d,
+                                               progress)
+    else:
+        kept = prune_tokens(encoded.offsets, encoded.salience_scores, beta_d, encoded.vectors, duplicate_cosine)
+        lengths = np.diff(encoded.offsets)
+        kept_lengths = np.bincount(np.repeat(np.arange(len(lengths)), lengths)[kept], minlength=len(lengths))
+        offsets = np.concatenate([[0], np.cumsum(kept_lengths)]).astype(np.int64)
+        vectors, scores = encoded.vectors[kept], encoded.salience_scores[kept]
+    weights = np.maximum(scores, 0).astype(np.float16)
+    kept_lengths = np.diff(offsets)
     options = {"dim": dim, "nlist": nlist or default_nlist(len(vectors)), "pq_m": pq_m, "pq_bits": pq_bits,
                "hnsw_m": hnsw_m, "train_size": train_size}
     steps.update(1)
@@ -240,7 +291,8 @@ def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float
             part_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
             metadata = {
                 "format": INDEX_FORMAT, "model": encoded.model_info, "dim": dim, "beta_d": beta_d,
-                "duplicate_cosine": duplicate_cosine if beta_d < 1 else None, "codec": codec,
+                "reduction": reduction if beta_d < 1 else None,
+                "duplicate_cosine": duplicate_cosine if beta_d < 1 and reduction == "prune" else None, "codec": codec,
                 "candidates": candidates, "nlist": options["nlist"] if trains_pq else None,
                 "pq_m": pq_m if trains_pq else None, "pq_bits": pq_bits if codec == "residual-pq" else None,
                 "hnsw_m": hnsw_m if candidates == "hnsw" else None,

@@ -67,8 +67,8 @@ def encode_on_ray(kind: str, model: str | os.PathLike, corpus: Mapping[str, Mapp
 
     ray_address: None starts a local Ray (or joins the one this process already started); "auto" or
     "ray://host:port" joins a cluster. options: device, batch_size, max_length, runtime (EncoderRuntime fields),
-    and for the index writers: deepct {scale, mode, analyzer}, aligner {beta_d, duplicate_cosine, codec, candidates,
-    pq_m, pq_bits, nlist}.
+    and for the index writers: deepct {scale, mode, analyzer}, aligner {beta_d, reduction, duplicate_cosine, codec,
+    candidates, pq_m, pq_bits, nlist}.
     """
     import ray
     from ray.util import ActorPool
@@ -136,8 +136,8 @@ def _write(kind: str, model: str, corpus: Mapping[str, Mapping[str, str]], parts
         salience_scores=np.concatenate([p.salience_scores for p in parts]),
         model_info={**parts[0].model_info, "path": model}, truncated=sum(p.truncated for p in parts),
         skipped_empty=[d for p in parts for d in p.skipped_empty])
-    index_options = {k: options[k] for k in ("beta_d", "duplicate_cosine", "codec", "candidates", "pq_m", "pq_bits",
-                                             "nlist", "overwrite") if k in options}
+    index_options = {k: options[k] for k in ("beta_d", "reduction", "duplicate_cosine", "codec", "candidates", "pq_m",
+                                             "pq_bits", "nlist", "overwrite") if k in options}
     return build_index(merged, output, progress=False, **index_options)
 
 
