@@ -49,8 +49,10 @@ test-slow: $(INSTALLED)
 lint: $(INSTALLED)
 	$(BIN)/ruff check pyserini_ext java_bridge tests bench
 
+# every benchmark, then docs/bench.md; BENCH_ARGS="--corpus-encodings runs/report/full" adds whole-corpus AligneR
+BENCH_ARGS ?=
 bench: $(INSTALLED)
-	$(BIN)/python bench/make_report.py
+	$(BIN)/python bench/make_report.py $(BENCH_ARGS)
 
 # docs/report.md + plots; hours of CPU, every step cached in runs/report (e.g. REPORT_ARGS="--datasets cranfield")
 REPORT_ARGS ?=

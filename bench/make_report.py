@@ -1,6 +1,9 @@
 """`make bench`: runs every benchmark once (each prints its own ratios), then writes docs/bench.md with a plot.
 
-    .venv/bin/python bench/make_report.py [--quick]
+    .venv/bin/python bench/make_report.py [--quick] [--corpus-encodings runs/report/full]
+
+`--corpus-encodings` adds AligneR search over the whole SciFact and DL19-subset corpora, from the default model's
+encodings that `make report` caches there (`<dataset>/aligner.<model>-<hash>.encoded.npz`).
 """
 from __future__ import annotations
 
@@ -23,9 +26,23 @@ def run(script: str, args: list[str], out: Path) -> tuple[str, dict]:
     return f"$ python bench/{script} {' '.join(args)}\n{printed}", json.loads(out.read_text())
 
 
+def corpus_encoding(folder: Path, dataset: str) -> Path:
+    """The cached encoding of `dataset` by the default AligneR model (the one `make report` made)."""
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    from report import model_tag
+
+    from pyserini_ext.registry import resolve_model
+
+    path = folder / dataset / f"aligner.{model_tag(Path(resolve_model('aligner', 'aligner')))}.encoded.npz"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no encoding of {dataset} by the default AligneR model; run `make report` first")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the figures)")
+    parser.add_argument("--corpus-encodings", type=Path, help="make report's work folder: whole-corpus AligneR runs")
     args = parser.parse_args()
     passages, docs = ("64", "200") if args.quick else ("1000", "800")
     with tempfile.TemporaryDirectory() as tmp:
@@ -36,6 +53,12 @@ def main() -> None:
         runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))
         runs.append(run("bench_aligner_search.py", ["--docs", docs, "--compressed", "pq16x8,nprobe4", "pq32x6,nprobe4"],
                         tmp / "aligner.json"))
+        if args.corpus_encodings:
+            for dataset, split, folder in (("scifact", "test", "scifact"), ("msmarco-dl19-subset", "dl19", "dl19")):
+                runs.append(run("bench_aligner_search.py", [
+                    "--dataset", dataset, "--split", split, "--docs", "10000000", "--encoded",
+                    str(corpus_encoding(args.corpus_encodings.resolve(), folder)), "--compressed", "pq16x8,nprobe4",
+                    "pq32x6,nprobe4"], tmp / f"aligner-{folder}.json"))
         runs.append(run("bench_scale_ray.py", ["--docs", "64" if args.quick else "600"], tmp / "ray.json"))
         deepct = subprocess.run([sys.executable, str(HERE / "bench_deepct_index.py"), "--docs", docs],
                                 check=True, capture_output=True, text=True, cwd=HERE).stdout
