@@ -114,7 +114,7 @@ class Aggretriever(nn.Module):
         self.cls_proj = nn.Linear(hidden, self.config.cls_dim) if self.config.cls_dim else None
         self._mlm = MaskedLMHead(encoder)
         self.vocab_size = encoder.config.vocab_size
-        self.position_chunk = 256  # rows of [*, vocab] at once: small enough to stay in cache (measured on CPU)
+        self.position_chunk = 64  # rows of [*, vocab] at once: small enough to stay in cache (EncoderRuntime)
 
     @property
     def dim(self) -> int:
