@@ -7,8 +7,8 @@ For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as i
   <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
                               float16 token index, every token)
   <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
-                              of each passage's tokens, residual PQ32x6 codes and centroid candidate lists: within
-                              1 nDCG@10 point of exact search at ~31 bytes per token (docs/aligner.md)
+                              of each passage's token vectors (pooled), residual PQ32x6 codes and centroid
+                              candidate lists, ~31 bytes per token (docs/aligner.md)
 plus `msmarco-dl19-subset.flat` (BM25, `python -m pyserini.index.lucene`), the passages behind that dataset's
 Faiss index (SciFact's are Pyserini's own `beir-v1.0.0-scifact.flat`).
 Tarballs go to `--output` (default dist/prebuilt); the catalogue (default resources/prebuilt_indexes.json)
@@ -100,7 +100,8 @@ def main() -> int:
             build(kind, model, collection, index, args.threads)
             filename = f"{name}.tar.gz"
             description = (f"{dataset}: {kind} index, shipped model" if kind != "aligner-compressed" else
-                           f"{dataset}: aligner index, default model, 40% of tokens, residual PQ32x6 + centroid lists")
+                           f"{dataset}: aligner index, default model, 40% of tokens (pooled), residual PQ32x6 + "
+                           "centroid lists")
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
                                 if args.url_base else [], description=description,
                                 catalogue=args.catalogue, model=model,
