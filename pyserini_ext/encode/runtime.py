@@ -4,7 +4,8 @@
 
     backend  precision   device     how
     torch    float32     cpu, cuda  plain
-    torch    bfloat16    cpu, cuda  torch autocast (CPU: oneDNN bf16 kernels, AVX-512 BF16 / AMX where present)
+    torch    bfloat16    cpu, cuda  torch autocast (CPU: oneDNN bf16 kernels, AVX-512 BF16 / AMX where present);
+                                    the Aggretriever also holds its weights in bfloat16 (no per-call weight casts)
     torch    float16     cuda       torch autocast
     onnx     float32     cpu, cuda  ONNX Runtime, graphs exported once and cached next to the model
     onnx     int8        cpu        ONNX Runtime dynamic quantisation (`onnxruntime.quantization.quantize_dynamic`,
