@@ -167,3 +167,51 @@ def test_train_command_distils_on_a_dataset_folder(small_task, tmp_path, capsys,
     assert main(args + ["--output", str(tmp_path / "m2")]) == 0  # the second run reuses the scores
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == cached
     assert json.loads((tmp_path / "m2" / "training_log.json").read_text())["losses"] == log["losses"]
+
+
+def test_a_bare_bert_body_gets_a_tied_identity_head(minilm_dir):
+    """all-MiniLM-L6-v2 has no MLM head: its logits start as LayerNorm(gelu(h)) . word embeddings."""
+    from pyserini_ext.models.aggretriever import from_masked_lm
+
+    model = from_masked_lm(minilm_dir)
+    head = model.encoder.cls.predictions
+    embeddings = model.encoder.get_input_embeddings().weight
+    assert head.decoder.weight is embeddings
+    hidden = torch.randn(3, embeddings.shape[1])
+    expected = torch.nn.functional.layer_norm(torch.nn.functional.gelu(hidden), hidden.shape[-1:], eps=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(model._mlm.logits(hidden), expected @ embeddings.T, rtol=1e-4, atol=1e-4)
+
+
+def test_cls_alignment_brings_the_cls_part_to_the_teacher(distilled_set, tmp_path):
+    """The [CLS] part's query-passage scores agree better with the MiniLM teacher's cosines after alignment."""
+    from transformers import AutoTokenizer
+
+    from pyserini_ext.models.backbones import backbone_path
+    from pyserini_ext.train.aggretriever import AggretrieverModelConfig, align_cls_to_teacher, load_trainable_model
+    from pyserini_ext.train.distill import MiniLMTeacher
+
+    _, _, data = distilled_set
+    spec = AggretrieverModelConfig("splade-tiny", heads="lexical", cls_alignment_epochs=3)
+    model, folder = load_trainable_model(spec)
+    tokenizer = AutoTokenizer.from_pretrained(backbone_path("splade-tiny"))
+    queries = [query.text for query in data.queries[:30]]
+    passages = [document_text(data.corpus[d]) for d in sorted(data.corpus)[:60]]
+    teacher = MiniLMTeacher()
+    target = teacher.encode(queries, 32) @ teacher.encode(passages, 128).T
+
+    def agreement() -> float:
+        with torch.no_grad():
+            vectors = [model.cls_proj(model._mlm.hidden_states(**{k: v for k, v in tokenizer(
+                texts, max_length=length, truncation=True, padding=True, return_tensors="pt").items()
+                if k in ("input_ids", "attention_mask")})[:, 0]) for texts, length in ((queries, 32), (passages, 128))]
+        return float(np.corrcoef((vectors[0] @ vectors[1].T).numpy().ravel(), target.ravel())[0, 1])
+
+    before = agreement()
+    config = TrainConfig(learning_rate=1e-4, head_learning_rate=1e-3, warmup_ratio=0.0, seed=3)
+    losses = align_cls_to_teacher(model, tokenizer, data, spec, config, checkpoint_dir=tmp_path / "ckpt")
+    after = agreement()
+    assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
+    assert any((tmp_path / "ckpt" / "teacher").glob("minilm-passages-128-*.npz"))
+    assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+    assert after > before + 0.1, (before, after)

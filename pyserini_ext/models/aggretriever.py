@@ -251,10 +251,14 @@ def from_masked_lm(backbone: str | os.PathLike, config: AggretrieverConfig | Non
                    constant_term_weight: float | None = None, zero_cls: bool = False) -> Aggretriever:
     """New heads on a masked-LM backbone folder (or hub name).
 
+    A BERT body without a masked-LM head gets a tied one (`tie_identity_head`).
     `constant_term_weight=1, zero_cls=True` gives an untrained but meaningful model: pure MLM lexical
     matching (every position weighs 1, no semantic part), which the demo uses until trained weights exist.
     """
-    encoder = load_transformer(AutoModelForMaskedLM, resolve_model_folder(backbone))
+    encoder, loading = load_transformer(AutoModelForMaskedLM, resolve_model_folder(backbone),
+                                        output_loading_info=True)
+    if any(key.startswith("cls.predictions.") for key in loading["missing_keys"]):
+        tie_identity_head(encoder)
     model = Aggretriever(encoder, config)
     if constant_term_weight is not None:
         nn.init.zeros_(model.tok_proj.weight)
@@ -263,6 +267,23 @@ def from_masked_lm(backbone: str | os.PathLike, config: AggretrieverConfig | Non
         nn.init.zeros_(model.cls_proj.weight)
         nn.init.zeros_(model.cls_proj.bias)
     return model.eval()
+
+
+def tie_identity_head(encoder: nn.Module) -> None:
+    """A masked-LM head for a BERT body saved without one (all-MiniLM-L6-v2 is a bare BertModel): the decoder is
+    tied to the word embeddings (transformers does that) and the transform starts as LayerNorm(gelu(h)), with an
+    identity projection and no biases, instead of random weights, so that each position's distribution starts
+    near the tokens whose embeddings its hidden state resembles and training refines it."""
+    predictions = getattr(getattr(encoder, "cls", None), "predictions", None)
+    if predictions is None:
+        raise CheckpointError(f"{type(encoder).__name__} has no MLM head and is not a BERT body to tie one to")
+    with torch.no_grad():
+        transform = predictions.transform
+        transform.dense.weight.copy_(torch.eye(transform.dense.weight.shape[0]))
+        transform.dense.bias.zero_()
+        transform.LayerNorm.weight.fill_(1.0)
+        transform.LayerNorm.bias.zero_()
+        predictions.bias.zero_()
 
 
 def convert_training_checkpoint(src: str | os.PathLike, out: str | os.PathLike) -> Path:
