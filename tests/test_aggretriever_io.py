@@ -41,6 +41,24 @@ def test_save_load_round_trip_any_dims(tiny_folder, tmp_path):
     assert loaded(ids, mask).shape == (1, 128)
 
 
+def test_float16_save_stores_the_tied_projection_once(tiny_folder, tmp_path):
+    from safetensors import safe_open
+
+    model = from_masked_lm(tiny_folder)
+    model.save_pretrained(tmp_path / "m", AutoTokenizer.from_pretrained(tiny_folder), encoder_dtype=torch.float16)
+    with safe_open(str(tmp_path / "m" / "model.safetensors"), "pt") as stored:
+        keys = set(stored.keys())
+        assert stored.get_tensor("encoder.bert.embeddings.word_embeddings.weight").dtype == torch.float16
+        assert stored.get_tensor("tok_proj.weight").dtype == torch.float32
+    assert "encoder.cls.predictions.decoder.weight" not in keys
+    loaded = Aggretriever.from_pretrained(tmp_path / "m")
+    assert loaded.encoder.cls.predictions.decoder.weight is loaded.encoder.get_input_embeddings().weight
+    assert loaded.encoder.cls.predictions.decoder.weight.dtype == torch.float32
+    ids, mask = torch.tensor([[101, 2054, 2003, 102]]), torch.ones(1, 4, dtype=torch.long)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), model(ids, mask), rtol=0, atol=2e-3)
+
+
 def test_plain_masked_lm_folder_is_rejected_naming_the_missing_heads(tiny_folder):
     with pytest.raises(CheckpointError, match="expected an aggretriever model, found a BertForMaskedLM model "
                                               "without our heads"):

@@ -179,13 +179,18 @@ class Aggretriever(nn.Module):
         return torch.cat((self.cls_proj(hidden[:, 0]), agg), dim=-1)
 
     # ---- save / load -----------------------------------------------------------------------------------
-    def save_pretrained(self, out_dir: str | os.PathLike, tokenizer=None) -> Path:
+    def save_pretrained(self, out_dir: str | os.PathLike, tokenizer=None, encoder_dtype: torch.dtype | None = None
+                        ) -> Path:
+        """encoder_dtype: store the masked LM's weights in this dtype (float16 halves a shipped folder); they load
+        back as float32. The heads stay float32. A tied output projection is stored once, as safetensors wants."""
         from safetensors.torch import save_file
 
         with saving(out_dir) as out:
             out.mkdir()
             self.encoder.config.save_pretrained(out)
-            state = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+            tied = sorted(_tied_output_names(self))[1:]  # the word embeddings keep the one copy
+            state = {k: v.detach().to(encoder_dtype if encoder_dtype and k.startswith("encoder.") else v.dtype)
+                     .contiguous().clone() for k, v in self.state_dict().items() if k not in tied}
             save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
             settings = {"model_type": AGGRETRIEVER, **asdict(self.config)}
             (out / AGG_CONFIG_NAME).write_text(json.dumps(settings, indent=1))

@@ -131,6 +131,7 @@ class AggretrieverModelConfig:
     # passes of [CLS] alignment before the listwise stage (`align_cls_to_teacher`), for a body that was trained
     # with mean pooling (all-MiniLM-L6-v2), whose [CLS] state is a weak sentence vector; 0 skips the stage
     cls_alignment_epochs: int = 0
+    store_dtype: str = "float32"  # "float16" halves the saved masked LM's weights (they load back as float32)
 
     def __post_init__(self):
         if self.cls_alignment_epochs < 0:
@@ -201,7 +202,7 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
     losses = train(aggretriever, make_batches, loss_fn, config, steps, desc="train aggretriever",
                    checkpoint_dir=checkpoint_dir)
     if out_dir is not None:
-        aggretriever.save_pretrained(out_dir, tokenizer)
+        aggretriever.save_pretrained(out_dir, tokenizer, encoder_dtype=getattr(torch, model.store_dtype))
         save_training_log(out_dir, config, losses, base_model=str(model.model), heads=model.heads,
                           query_max_length=model.query_max_length, passage_max_length=model.passage_max_length,
                           cls_alignment_epochs=model.cls_alignment_epochs, **log)
