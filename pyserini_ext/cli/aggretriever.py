@@ -42,6 +42,9 @@ class AggretrieverTrainOptions(TrainingOptions):
                                                            "[CLS] projection: ranks like the backbone from step 0)")
     query_max_length: int = option(QUERY_MAX_LENGTH, help="query tokens", min=1)
     passage_max_length: int = option(PASSAGE_MAX_LENGTH, help="passage tokens", min=1)
+    cls_alignment_epochs: int = option(0, help="with --distill: passes regressing the [CLS] part onto the MiniLM "
+                                                "teacher's vectors first (for a mean-pooling body such as "
+                                                "all-minilm-l6-v2)", min=0)
 
 
 @dataclass(kw_only=True)
@@ -73,7 +76,8 @@ def train(options: AggretrieverTrainOptions) -> None:
     from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
 
     model = AggretrieverModelConfig(options.model, heads=options.heads, query_max_length=options.query_max_length,
-                                    passage_max_length=options.passage_max_length)
+                                    passage_max_length=options.passage_max_length,
+                                    cls_alignment_epochs=options.cls_alignment_epochs)
     _, losses = train_aggretriever(model, options.training_data(), options.train_config(), options.output,
                                    checkpoint_dir=options.checkpoints)
     print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")
