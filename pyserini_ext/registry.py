@@ -123,9 +123,20 @@ def family_of(encoder_name: str) -> str:
     return encoder_name.partition("-")[0]
 
 
+def shipped_folder(name) -> Path | None:
+    """`resources/models/<name>` for the name of a shipped model folder (`aggretriever-splade-tiny`) that is not
+    also a path here; None otherwise."""
+    name = str(name)
+    if not name or "/" in name or name in ENCODERS or Path(name).exists():
+        return None
+    folder = resources_dir() / "models" / name
+    return folder if folder.is_dir() and name != DEFAULTS_FILE else None
+
+
 def model_family(name_or_path) -> str | None:
-    """Which of our model families `name_or_path` is (bare name, folder with our config, known hub name), else None."""
-    name = str(name_or_path)
+    """Which of our model families `name_or_path` is (bare name, folder with our config, known hub name, shipped
+    folder name), else None."""
+    name = str(shipped_folder(name_or_path) or name_or_path)
     if name in ENCODERS:
         return family_of(name)
     if name in HUB_MODEL_FAMILIES:
@@ -138,11 +149,12 @@ def model_family(name_or_path) -> str | None:
 
 
 def resolve_model(name_or_path, family: str | None = None) -> str:
-    """A bare encoder name -> its shipped default model folder; anything else as given.
+    """A bare encoder name -> its shipped default model folder; a shipped folder's name -> that folder; anything
+    else as given.
 
     With `family`, a bare name or a folder of another family is an error naming both.
     """
-    name = str(name_or_path)
+    name = str(shipped_folder(name_or_path) or name_or_path)
     found = model_family(name)
     if family is not None and found is not None and found != family:
         if name in ENCODERS:

@@ -58,6 +58,27 @@ def test_one_defaults_table_names_every_bare_name():
     assert {"aggretriever", "aggretriever-onnx", "deepct", "aligner"} <= set(registry.default_models())
 
 
+def test_a_shipped_folder_name_stands_for_that_folder(tmp_path, monkeypatch):
+    """`--encoder aggretriever-splade-tiny` reaches the shipped folder (prebuilt indexes name the model that built
+    them), and Pyserini hands it to our class; a local path of the same name wins."""
+    from pyserini.search.faiss.__main__ import init_query_encoder
+
+    from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+
+    shipped = registry.resources_dir() / "models" / "aligner-splade-tiny"
+    assert registry.resolve_model("aligner-splade-tiny") == str(shipped)
+    assert registry.model_family("aligner-splade-tiny") == "aligner"
+    with pytest.raises(registry.ModelNameError, match="expected a deepct model, found the aligner model folder"):
+        registry.resolve_model("aligner-splade-tiny", "deepct")
+    assert registry.resolve_model("defaults.json") == "defaults.json"
+    query = init_query_encoder("aggretriever-splade-tiny", None, None, None, None, "cpu", 32, "cls", False, None)
+    assert isinstance(query, AggretrieverQueryEncoder)
+    assert getattr(query, registry.MODEL_ATTRIBUTE) == str(shipped.with_name("aggretriever-splade-tiny"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "aligner-splade-tiny").mkdir()
+    assert registry.resolve_model("aligner-splade-tiny") == "aligner-splade-tiny"
+
+
 def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     """Pyserini's keyword matching would take `...-splade-tiny` for SPLADE and a neutral name for `auto`."""
     from pyserini.encode.__main__ import init_encoder
