@@ -99,6 +99,9 @@ def train(model: torch.nn.Module,
         losses = state["losses"]
         torch.set_rng_state(state["torch_rng"])
     done = len(losses)
+    if done >= total:  # a finished run: nothing left to train (another step would run past the schedule)
+        model.eval()
+        return losses
 
     def save_checkpoint() -> None:
         tmp = checkpoint.with_suffix(".tmp")
