@@ -3,7 +3,8 @@
 For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as is) and each record:
   <prefix>.deepct-tiny        `pyserini-ext deepct index --model deepct` (true-length Lucene index: BM25, QL-JM
                               and impact search)
-  <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-onnx --to-faiss` (Faiss flat)
+  <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-splade-tiny --encoder-class
+                              aggretriever-onnx --to-faiss` (Faiss flat)
   <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
                               float16 token index, every token)
   <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
@@ -29,14 +30,13 @@ from pathlib import Path
 
 from pyserini_ext.data import load_dataset, write_json_collection
 from pyserini_ext.index.prebuilt import default_catalogue, pack_index
-from pyserini_ext.registry import resources_dir
 
 PREFIXES = {"scifact": "beir-v1.0.0-scifact", "msmarco-dl19-subset": "msmarco-dl19-subset"}
 PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebuilt BM25 index of the passages
 # record suffix -> (how it is built, the model it is built and searched with): the "-tiny" records use the shipped
 # splade-tiny models, `aligner` the default AligneR
-RECORDS = {"deepct-tiny": ("deepct", "deepct"), "aggretriever-tiny": ("aggretriever", "aggretriever"),
-           "aligner-tiny": ("aligner", str(resources_dir() / "models" / "aligner-splade-tiny")),
+RECORDS = {"deepct-tiny": ("deepct", "deepct"), "aggretriever-tiny": ("aggretriever", "aggretriever-splade-tiny"),
+           "aligner-tiny": ("aligner", "aligner-splade-tiny"),
            "aligner": ("aligner-compressed", "aligner")}
 COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid", "--pq-m", "32",
                       "--pq-bits", "6"]
@@ -55,8 +55,9 @@ def build(kind: str, model: str | None, collection: Path, out: Path, threads: in
              str(collection / "docs.jsonl"), "--output", str(out), "--overwrite"])
     elif kind == "aggretriever":
         run([py, "-m", "pyserini.encode", "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title",
-             "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", "aggretriever-onnx",
-             "--fields", "title", "text", "--dimension", "768", "--max-length", "256", "--device", "cpu"])
+             "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", model,
+             "--encoder-class", "aggretriever-onnx", "--fields", "title", "text", "--dimension", "768",
+             "--max-length", "256", "--device", "cpu"])
     elif kind.startswith("aligner"):
         encoded = collection.parent / f"{Path(model).name}.encoded.npz"
         run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--corpus", str(collection),
