@@ -1,0 +1,84 @@
+"""Compare Aggretriever folders on development queries by exact search over a whole corpus: nDCG@10 of the
+concatenated vector and of each part ([CLS] projection, agg*), which the model was trained to rank with alone.
+
+    python scripts/dev_aggretriever.py MODEL_DIR [MODEL_DIR ...] [--dataset scifact --split train --queries 400]
+
+Default: SciFact train, the first 400 queries by id, over the whole corpus (SciFact train is in the distillation
+set, so it flatters every model alike; the MS MARCO triples development set that `make report` builds is
+`--dataset runs/report/full/msmarco-dev/source --split dev`). Passages at `--max-length` tokens (256, as the
+report indexes them), queries at 32, inner product, nDCG@10 with ir_measures. `--cls-only` runs the body alone
+(no vocabulary head): only the [CLS] part, much faster.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import ir_measures
+import numpy as np
+import torch
+from ir_measures import nDCG
+from transformers import AutoTokenizer
+
+from pyserini_ext.data import document_text, load_dataset
+from pyserini_ext.models.aggretriever import Aggretriever
+
+
+def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int, cls_only: bool) -> np.ndarray:
+    order = np.argsort([len(t) for t in texts])  # similar lengths together: less padding
+    parts = []
+    for start in range(0, len(texts), 32):
+        inputs = tokenizer([texts[i] for i in order[start:start + 32]], max_length=max_length, truncation=True,
+                           padding="longest", return_tensors="pt")
+        with torch.inference_mode():
+            if cls_only:
+                hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+                parts.append(model.cls_proj(hidden[:, 0]).numpy())
+            else:
+                parts.append(model(inputs["input_ids"], inputs["attention_mask"]).numpy())
+    vectors = np.zeros((len(texts), parts[0].shape[1]), np.float32)
+    vectors[order] = np.concatenate(parts)
+    return vectors
+
+
+def ndcg10(scores: np.ndarray, qids: list[str], docids: list[str], qrels: list) -> float:
+    run = []
+    for row, qid in enumerate(qids):
+        top = np.argpartition(-scores[row], 100)[:100]
+        run += [ir_measures.ScoredDoc(qid, docids[j], float(scores[row, j])) for j in top]
+    return ir_measures.calc_aggregate([nDCG @ 10], qrels, run)[nDCG @ 10]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--dataset", default="scifact", help="dataset name or BEIR folder")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--queries", type=int, default=400, help="the first N judged queries by id")
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--cls-only", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    dataset = load_dataset(args.dataset)
+    judged, queries = dataset.qrels(args.split), dataset.split_queries(args.split)
+    qids = sorted(q for q in queries if q in judged)[:args.queries]
+    qrels = [ir_measures.Qrel(q, d, r) for q in qids for d, r in judged[q].items()]
+    docids = sorted(dataset.corpus)
+    passages = [document_text(dataset.corpus[d]) for d in docids]
+    for folder in args.models:
+        start = time.perf_counter()
+        model, tokenizer = Aggretriever.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+        q = encode(model, tokenizer, [queries[qid] for qid in qids], 32, args.cls_only)
+        p = encode(model, tokenizer, passages, args.max_length, args.cls_only)
+        cls_dim = q.shape[1] if args.cls_only else model.config.cls_dim
+        figures = {"[CLS] part": ndcg10(q[:, :cls_dim] @ p[:, :cls_dim].T, qids, docids, qrels)}
+        if not args.cls_only:
+            figures = {"concat": ndcg10(q @ p.T, qids, docids, qrels), **figures,
+                       "agg* part": ndcg10(q[:, cls_dim:] @ p[:, cls_dim:].T, qids, docids, qrels)}
+        print(f"{folder}: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
+              + f" ({len(qids)} queries, {len(docids)} passages, {time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
