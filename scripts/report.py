@@ -46,6 +46,7 @@ from pyserini_ext.index.aligner import DEFAULT_REDUCTION, DUPLICATE_COSINE
 from pyserini_ext.index.lucene import lucene_index_command
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
+from pyserini_ext.registry import default_models
 
 
 @dataclass(frozen=True)
@@ -768,10 +769,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--models-dir", default="resources/models")
-    parser.add_argument("--aggretriever-model", default="aggretriever-splade-tiny",
-                        help="folder name under --models-dir (or a path)")
-    parser.add_argument("--deepct-model", default="deepct-splade-tiny")
-    parser.add_argument("--aligner-model", default="aligner-splade-tiny")
+    shipped = default_models()  # the defaults the bare names resolve to
+    parser.add_argument("--aggretriever-model", default=shipped["aggretriever"],
+                        help="folder name under --models-dir (or a path); default: the shipped default")
+    parser.add_argument("--deepct-model", default=shipped["deepct"])
+    parser.add_argument("--aligner-model", default=shipped["aligner"])
     parser.add_argument("--aggretriever-document-encoder", choices=("aggretriever-onnx", "aggretriever"),
                         default="aggretriever-onnx", help="corpus encoder class (same vectors; ONNX is faster)")
     parser.add_argument("--aligner-beta-d", type=float, default=1.0, help="AligneR index pruning in the main table")
