@@ -1,6 +1,8 @@
 """Independent numpy re-computation of Aggretriever's lexical vector, agg*, agg+ and the slicing rule."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -67,17 +69,22 @@ def numpy_lexical(logits: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> 
     return v
 
 
-@pytest.mark.parametrize("pooling", ["agg*", "agg+", "no-mlm"])
-def test_forward_matches_numpy(tiny_mlm, pooling):
+@pytest.mark.parametrize("pooling,decoder_bias", [("agg*", True), ("agg+", True), ("no-mlm", True), ("agg*", False)])
+def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias):
+    """decoder_bias False: a head without a decoder bias (the logits are then one product without the extra column)."""
     d = 8
-    model = Aggretriever(tiny_mlm, AggretrieverConfig(agg_dim=d, cls_dim=4, pooling=pooling)).eval()
+    mlm = copy.deepcopy(tiny_mlm)
+    if not decoder_bias:
+        mlm.cls.predictions.decoder.bias = None
+        mlm.cls.predictions.bias = None
+    model = Aggretriever(mlm, AggretrieverConfig(agg_dim=d, cls_dim=4, pooling=pooling)).eval()
     torch.nn.init.normal_(model.tok_proj.weight, std=1.0)  # both signs of term weights
     model.position_chunk = 3
     input_ids = torch.tensor([[2, 17, 33, 17, 5, 3], [2, 40, 41, 3, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     with torch.no_grad():
         got = model(input_ids, mask).numpy()
-        out = tiny_mlm(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+        out = mlm(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
         hidden = out.hidden_states[-1]
         weights = model.tok_proj(hidden).squeeze(-1).numpy()
         logits = out.logits.numpy().astype(np.float64)
