@@ -62,7 +62,13 @@ def pyserini_encoder(model_dir: str, side: str = "document"):
 
     config = AutoConfig.from_pretrained(model_dir, output_hidden_states=True)
     model = agg.BertAggretrieverEncoder(config)
-    model.load_state_dict(_read_state_dict(open_model_folder(model_dir, "aggretriever").weights))
+    loaded = model.load_state_dict(_read_state_dict(open_model_folder(model_dir, "aggretriever").weights), strict=False)
+    # our folders store a tied output projection once (as safetensors does); Pyserini's model ties it to the word
+    # embeddings itself, so that key alone may be absent
+    tied = {f"encoder.{name}" for name, p in model.encoder.named_parameters(remove_duplicate=False)
+            if p is model.encoder.get_output_embeddings().weight}
+    if set(loaded.missing_keys) - tied or loaded.unexpected_keys:
+        raise SystemExit(f"{model_dir}: weights do not fit Pyserini's model: {loaded}")
     cls = agg.AggretrieverDocumentEncoder if side == "document" else agg.AggretrieverQueryEncoder
     encoder = cls.__new__(cls)
     encoder.model, encoder.device, encoder.has_model = model.eval(), "cpu", True

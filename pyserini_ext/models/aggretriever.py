@@ -94,6 +94,7 @@ class MaskedLMHead:
         else:
             raise CheckpointError(f"unsupported masked-LM backbone {type(mlm).__name__}: Aggretriever supports "
                                   "BERT-family (BertForMaskedLM) and DistilBertForMaskedLM")
+        self._decoder_key, self._decoder_matrix = None, None
 
     def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -103,10 +104,19 @@ class MaskedLMHead:
 
     def decoder_matrix(self) -> Tensor:
         """[vocab, hidden (+ 1)]: the decoder's weight, with its bias as one more column where it has one, so that
-        `[transform(h), 1] @ decoder_matrix().T` are the logits from one matrix product without a bias pass."""
-        if self.decode.bias is None:
-            return self.decode.weight
-        return torch.cat((self.decode.weight, self.decode.bias[:, None].to(self.decode.weight.dtype)), 1)
+        `[transform(h), 1] @ decoder_matrix().T` are the logits from one matrix product without a bias pass.
+
+        Kept until the weights change (in place or by `.to()`): building it copies the whole [vocab, hidden]
+        matrix, which would cost more than encoding a short query."""
+        weight, bias = self.decode.weight, self.decode.bias
+        if bias is None:
+            return weight
+        key = (weight.data_ptr(), weight._version, bias.data_ptr(), bias._version)
+        if self._decoder_key != key:
+            with torch.no_grad():
+                self._decoder_matrix = torch.cat((weight, bias[:, None].to(weight.dtype)), 1)
+            self._decoder_key = key
+        return self._decoder_matrix
 
 
 class Aggretriever(nn.Module):
