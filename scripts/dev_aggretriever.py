@@ -2,12 +2,14 @@
 concatenated vector and of each part ([CLS] projection, agg*), which the model was trained to rank with alone.
 
     python scripts/dev_aggretriever.py MODEL_DIR [MODEL_DIR ...] [--dataset scifact --split train --queries 400]
+    python scripts/dev_aggretriever.py MODEL_DIR --split train test    # one corpus encoding, both splits
 
 Default: SciFact train, the first 400 queries by id, over the whole corpus (SciFact train is in the distillation
 set, so it flatters every model alike; the MS MARCO triples development set that `make report` builds is
 `--dataset runs/report/full/msmarco-dev/source --split dev`). Passages at `--max-length` tokens (256, as the
 report indexes them), queries at 32, inner product, nDCG@10 with ir_measures. `--cls-only` runs the body alone
-(no vocabulary head): only the [CLS] part, much faster.
+(no vocabulary head): only the [CLS] part, much faster. Several `--split`s share one encoding of the corpus; a
+test split's figures are for reporting a choice already made, never for making it.
 """
 from __future__ import annotations
 
@@ -53,31 +55,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+")
     parser.add_argument("--dataset", default="scifact", help="dataset name or BEIR folder")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--queries", type=int, default=400, help="the first N judged queries by id")
+    parser.add_argument("--split", nargs="+", default=["train"])
+    parser.add_argument("--queries", type=int, default=400, help="the first N judged queries by id (per split)")
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--cls-only", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dataset = load_dataset(args.dataset)
-    judged, queries = dataset.qrels(args.split), dataset.split_queries(args.split)
-    qids = sorted(q for q in queries if q in judged)[:args.queries]
-    qrels = [ir_measures.Qrel(q, d, r) for q in qids for d, r in judged[q].items()]
+    splits = {}
+    for split in args.split:
+        judged, queries = dataset.qrels(split), dataset.split_queries(split)
+        qids = sorted(q for q in queries if q in judged)[:args.queries]
+        splits[split] = (qids, [queries[qid] for qid in qids],
+                         [ir_measures.Qrel(q, d, r) for q in qids for d, r in judged[q].items()])
     docids = sorted(dataset.corpus)
     passages = [document_text(dataset.corpus[d]) for d in docids]
     for folder in args.models:
         start = time.perf_counter()
         model, tokenizer = Aggretriever.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
-        q = encode(model, tokenizer, [queries[qid] for qid in qids], 32, args.cls_only)
         p = encode(model, tokenizer, passages, args.max_length, args.cls_only)
-        cls_dim = q.shape[1] if args.cls_only else model.config.cls_dim
-        figures = {"[CLS] part": ndcg10(q[:, :cls_dim] @ p[:, :cls_dim].T, qids, docids, qrels)}
-        if not args.cls_only:
-            figures = {"concat": ndcg10(q @ p.T, qids, docids, qrels), **figures,
-                       "agg* part": ndcg10(q[:, cls_dim:] @ p[:, cls_dim:].T, qids, docids, qrels)}
-        print(f"{folder}: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
-              + f" ({len(qids)} queries, {len(docids)} passages, {time.perf_counter() - start:.0f} s)")
+        for split, (qids, texts, qrels) in splits.items():
+            q = encode(model, tokenizer, texts, 32, args.cls_only)
+            cls_dim = q.shape[1] if args.cls_only else model.config.cls_dim
+            figures = {"[CLS] part": ndcg10(q[:, :cls_dim] @ p[:, :cls_dim].T, qids, docids, qrels)}
+            if not args.cls_only:
+                figures = {"concat": ndcg10(q @ p.T, qids, docids, qrels), **figures,
+                           f"{model.config.pooling} part": ndcg10(q[:, cls_dim:] @ p[:, cls_dim:].T, qids, docids,
+                                                                  qrels)}
+            print(f"{folder} [{split}]: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
+                  + f" ({len(qids)} queries, {len(docids)} passages, {time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":
