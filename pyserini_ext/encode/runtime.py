@@ -99,15 +99,16 @@ class EncoderRuntime:
         the model's weights is there. `module` builds the torch module to export, only when needed."""
         import onnxruntime as ort
 
+        providers = ["CPUExecutionProvider"]
+        if self.torch_device.type == "cuda":  # checked before the export, which takes a while
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise RuntimeError("backend 'onnx' on CUDA needs onnxruntime-gpu (CUDAExecutionProvider is missing; "
+                                   f"this onnxruntime has {', '.join(ort.get_available_providers())})")
+            providers = [("CUDAExecutionProvider", {"device_id": self.torch_device.index or 0})] + providers
         path = graph.ensure(self.export_folder(model_dir), model_dir, module, quantised=self.precision == "int8")
         options = ort.SessionOptions()
         if self.threads:
             options.intra_op_num_threads = self.threads
-        providers = ["CPUExecutionProvider"]
-        if self.torch_device.type == "cuda":
-            if "CUDAExecutionProvider" not in ort.get_available_providers():
-                raise RuntimeError("backend 'onnx' on CUDA needs onnxruntime-gpu (CUDAExecutionProvider is missing)")
-            providers = [("CUDAExecutionProvider", {"device_id": self.torch_device.index or 0})] + providers
         return ort.InferenceSession(str(path), options, providers=providers)
 
 
