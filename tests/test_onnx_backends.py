@@ -13,7 +13,7 @@ from pyserini.encode import document_encoder_class_map, query_encoder_class_map
 from pyserini_ext import registry
 from pyserini_ext.encode.aligner import AlignerDocumentEncoder, AlignerQueryEncoder
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder, RuntimeDeepCTModel
-from pyserini_ext.encode.runtime import EncoderRuntime
+from pyserini_ext.encode.runtime import EncoderRuntime, default_position_chunk
 from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.deepct import DeepCTModel
 
@@ -111,6 +111,12 @@ def test_registered_onnx_names_bind_the_backend():
 def test_invalid_runtimes_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         EncoderRuntime(**options)
+
+
+def test_position_chunk_is_picked_per_device_unless_given():
+    assert EncoderRuntime().position_chunk == 64
+    assert EncoderRuntime(position_chunk=7).position_chunk == 7
+    assert default_position_chunk(torch.device("cuda")) == 1024  # measured on an H200 (runtime.py)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")

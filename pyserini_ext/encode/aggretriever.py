@@ -116,7 +116,7 @@ class AggretrieverDocumentEncoder(DocumentEncoder):
 
     def __init__(self, model_name: str, tokenizer_name: str | None = None, device: str | None = "cpu",
                  precision: str = "float32", backend: str = "torch", threads: int | None = None,
-                 onnx_dir: str | None = None, position_chunk: int = EncoderRuntime.position_chunk, **kwargs):
+                 onnx_dir: str | None = None, position_chunk: int | None = None, **kwargs):
         runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)
         self._encoder = _AggretrieverEncoder(model_name, tokenizer_name, runtime)
         self.model, self.tokenizer, self.device = self._encoder.model, self._encoder.tokenizer, runtime.torch_device
@@ -138,7 +138,7 @@ class AggretrieverQueryEncoder(QueryEncoder):
                  encoded_query_dir: str | None = None, device: str | None = "cpu", max_length: int | None = None,
                  fp16: bool = False, precision: str | None = None, backend: str = "torch",
                  threads: int | None = None, onnx_dir: str | None = None,
-                 position_chunk: int = EncoderRuntime.position_chunk, **kwargs):
+                 position_chunk: int | None = None, **kwargs):
         super().__init__(encoded_query_dir)
         self.max_length = max_length or registry.cli_max_length() or QUERY_MAX_LENGTH
         if encoder_dir:

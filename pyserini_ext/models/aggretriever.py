@@ -131,7 +131,7 @@ class Aggretriever(nn.Module):
         self.cls_proj = nn.Linear(hidden, self.config.cls_dim) if self.config.cls_dim else None
         self._mlm = MaskedLMHead(encoder)
         self.vocab_size = encoder.config.vocab_size
-        self.position_chunk = 64  # rows of [*, vocab] at once: small enough to stay in cache (EncoderRuntime)
+        self.position_chunk = 64  # rows of [*, vocab] at once; encoders set it per device (default_position_chunk)
 
     @property
     def dim(self) -> int:
