@@ -71,7 +71,8 @@ DEV_SETS = ("scifact-train", MSMARCO_DEV)
 OURS = ("aggretriever", "deepct", "aligner")
 BASE_METHODS = ("bm25", "splade-tiny", "minilm", "aggretriever", "deepct", "deepct-qljm", "aligner")
 FUSED = ("aggretriever", "deepct", "aligner", "minilm")
-METHODS = (*BASE_METHODS, *(f"rrf-{m}" for m in FUSED), "aligner-pruning")
+FUSED_OURS = "rrf-ours"  # RRF of BM25 and all three of our models: the best fusion on the development queries
+METHODS = (*BASE_METHODS, *(f"rrf-{m}" for m in FUSED), FUSED_OURS, "aligner-pruning")
 LABELS = {
     "bm25": "BM25 (k1 0.9, b 0.4)",
     "splade-tiny": "splade-tiny impact",
@@ -81,6 +82,7 @@ LABELS = {
     "deepct-qljm": "DeepCT-Index + QL-JM (ours)",
     "aligner": "AligneR (ours)",
     **{f"rrf-{m}": f"RRF(BM25, {m})" for m in FUSED},
+    FUSED_OURS: "RRF(BM25, aggretriever, deepct, aligner)",
 }
 DEEPCT_GRID = tuple(itertools.product((0.9, 2.0, 5.0, 10.0), (0.4, 0.7, 0.9)))
 DEEPCT_QLJM_GRID = (0.1, 0.2, 0.4, 0.6, 0.8, 0.9)  # Jelinek-Mercer lambda (weight of the collection model)
@@ -89,6 +91,8 @@ PRUNING_BETAS = (1.0, 0.4, 0.2, 0.1)
 # train: RRF(BM25, AligneR) 0.7179 / 0.7141 / 0.7119 / 0.7108, RRF(BM25, MiniLM) 0.7223 / 0.7204 / 0.7138 / 0.7130,
 # RRF(BM25, AligneR, DeepCT) 0.7208 / 0.7170 / 0.7143 / 0.7140; MS MARCO triples dev: RRF(BM25, AligneR) 0.9492 /
 # 0.9506 / 0.9506 / 0.9506, RRF(BM25, DeepCT) 0.8842 / 0.8840 / 0.8841 / 0.8840. Best mean for RRF(BM25, AligneR): 10.
+# Which fusion of our models (SciFact train, 809 queries, k 10, with the agg+ Aggretriever): BM25 + Aggretriever
+# 0.7153, BM25 + AligneR 0.7179, BM25 + Aggretriever + AligneR 0.7240, BM25 + all three 0.7272 (FUSED_OURS).
 RRF_K = 10
 HITS = 1000
 
@@ -114,13 +118,16 @@ def folder_bytes(path: Path) -> int:
 
 
 def model_tag(folder: Path) -> str:
-    """`<folder name>-<8 hex>`: the hash covers file names, sizes and mtimes, so a retrained model changes it.
-    The encoders' own caches inside the folder (the exported ONNX graphs in `onnx/`) are left out."""
+    """`<folder name>-<8 hex>`: the hash covers file names and contents, so a retrained model changes it and a
+    checkout or copy of the same files does not. The encoders' own caches inside the folder (the exported ONNX
+    graphs in `onnx/`) are left out."""
     digest = hashlib.sha256()
     root = folder.resolve()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "onnx"):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        digest.update(f"{path.relative_to(root)}\0".encode())
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
     return f"{folder.name}-{digest.hexdigest()[:8]}"
 
 
@@ -336,6 +343,7 @@ class Report:
         self.timings: dict[str, float] = (json.loads(self.timings_path.read_text())
                                           if self.timings_path.exists() else {})
         self.commands: dict[str, list[str]] = {}
+        self.steps = {"run": 0, "cached": 0}
         self.env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
                     "TOKENIZERS_PARALLELISM": "false"}
         self.py = sys.executable
@@ -361,6 +369,7 @@ class Report:
         self.commands.setdefault(group, []).append(text)
         if output.exists():
             print(f"  [cached] {name}: {output}", flush=True)
+            self.steps["cached"] += 1
             return output
         tmp = partial_path(output)
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
@@ -380,6 +389,7 @@ class Report:
         self.timings[f"{group}/{name}"] = round(seconds, 1)
         self.save_timings()
         print(f"  [done] {name} in {seconds:.0f} s", flush=True)
+        self.steps["run"] += 1
         return output
 
     def save_timings(self) -> None:
@@ -637,7 +647,8 @@ class Report:
         results: dict[str, dict] = {}
         runs: dict[str, Path] = {}
         indexes: dict[str, list[Path]] = {}
-        wanted = [m for m in BASE_METHODS if m in methods or f"rrf-{m}" in methods]
+        wanted = [m for m in BASE_METHODS if m in methods or f"rrf-{m}" in methods
+                  or (FUSED_OURS in methods and m in OURS)]
         if any(m.startswith("rrf-") for m in methods):
             wanted = ["bm25", *(m for m in wanted if m != "bm25")]
 
@@ -659,6 +670,10 @@ class Report:
                 label = runs[fused].name.removeprefix("run.").removesuffix(f".{split}.txt")
                 run = self.fuse(c, split, [runs["bm25"], runs[fused]], label)
                 results[method] = score(LABELS[method], run, indexes["bm25"] + indexes[fused])
+        if FUSED_OURS in methods:
+            label = "ours." + ".".join(runs[m].name.removeprefix("run.").removesuffix(f".{split}.txt") for m in OURS)
+            run = self.fuse(c, split, [runs["bm25"], *(runs[m] for m in OURS)], label)
+            results[FUSED_OURS] = score(LABELS[FUSED_OURS], run, indexes["bm25"] + sum((indexes[m] for m in OURS), []))
         pruning = {}
         if "aligner-pruning" in methods:
             for beta in PRUNING_BETAS:
@@ -702,7 +717,8 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
     args = report.args
     out = ["# pyserini-ext evaluation report\n",
            f"Generated by `{report.printable([report.py, *sys.argv])}` in {elapsed / 60:.0f} min "
-           f"(threads {args.threads}); work folder `{report.root}`.\n"]
+           f"(threads {args.threads}; {report.steps['run']} steps run, {report.steps['cached']} reused from earlier "
+           f"runs, whose times are in the table of step times); work folder `{report.root}`.\n"]
     if args.subset:
         out.append(f"**Development run on corpus subsets** (first {args.subset} documents plus every judged "
                    f"one): figures are not comparable with published ones.\n")
@@ -710,7 +726,7 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "index build and AligneR index/search), scored by `python -m pyserini.eval.trec_eval`: nDCG@10 on "
                "the graded judgements, R@100 (DL19: relevant = grade >= 2, `-l 2`). Index MB = bytes on disk "
                "(Lucene indexes store the raw documents, as the DeepCT index build does; Faiss and AligneR "
-               "indexes hold vectors only); for fusions the sum of both indexes. 1000 hits per query; RRF with "
+               "indexes hold vectors only); for fusions the sum of the fused indexes. 1000 hits per query; RRF with "
                f"k {args.rrf_k} (Pyserini's default 60; 10 was chosen on the development queries, `RRF_K` in "
                "scripts/report.py) and Pyserini's depth 1000.\n")
     out.append("Models: " + ", ".join(f"{m} `{report.model_dirs[m]}`" for m in OURS) + "; baselines: splade-tiny "
@@ -800,7 +816,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     report = Report(args)
     print(f"work folder {report.root}; each step's own progress bars: tail -f {report.log}", flush=True)
-    deepct = (report.tune_deepct() if {"deepct", "deepct-qljm", "rrf-deepct"} & set(args.methods) else None)
+    deepct = (report.tune_deepct() if {"deepct", "deepct-qljm", "rrf-deepct", FUSED_OURS} & set(args.methods)
+              else None)
     results, pruning = {}, {}
     for key in args.datasets:
         methods = [m for m in args.methods if f"{key}:{m.removeprefix('rrf-')}" not in args.skip
