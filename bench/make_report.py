@@ -86,7 +86,7 @@ def main() -> None:
         "# Benchmarks (`make bench`)\n\n"
         f"Written by `bench/make_report.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; every figure "
         "below is what one run of each script printed (baseline and ours in the same run, each side in its own "
-        "process where the script says so).\n\n"
+        "process where the script says so). The GPU check (`bench/gpu_check.py`, CUDA only) is in docs/gpu.md.\n\n"
         "Max abs diff (fp32 rows) and ties: agg* keeps, for each vocabulary pair of a slice, +pos or -neg by comparing "
         "the two; where they are equal to float32 rounding, each implementation's rounding picks a side and that "
         "dimension flips sign (|diff| = pos + neg). At 256 tokens one of the 1000 passages has such a tie (SciFact doc "
