@@ -5,6 +5,7 @@ For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as i
                               and impact search)
   <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-splade-tiny --encoder-class
                               aggretriever-onnx --to-faiss` (Faiss flat)
+  <prefix>.aggretriever       the same with `--encoder aggretriever` (the default, aggretriever-minilm)
   <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
                               float16 token index, every token)
   <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
@@ -36,8 +37,10 @@ PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebu
 # record suffix -> (how it is built, the model it is built and searched with): the "-tiny" records use the shipped
 # splade-tiny models, `aligner` the default AligneR
 RECORDS = {"deepct-tiny": ("deepct", "deepct"), "aggretriever-tiny": ("aggretriever", "aggretriever-splade-tiny"),
-           "aligner-tiny": ("aligner", "aligner-splade-tiny"),
+           "aggretriever": ("aggretriever", "aggretriever"), "aligner-tiny": ("aligner", "aligner-splade-tiny"),
            "aligner": ("aligner-compressed", "aligner")}
+DESCRIPTIONS = {"aggretriever": "aggretriever index, default model (Faiss flat)",
+                "aligner": "aligner index, default model, 40% of tokens (pooled), residual PQ32x6 + centroid lists"}
 COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid", "--pq-m", "32",
                       "--pq-bits", "6"]
 
@@ -91,18 +94,17 @@ def main() -> int:
         write_json_collection(corpus, collection)
         texts = PYSERINI_TEXTS.get(dataset)
         jobs = [(*RECORDS[suffix], f"{prefix}.{suffix}") for suffix in args.records]
-        if texts is None and "aggretriever-tiny" in args.records:
+        if texts is None and any(RECORDS[suffix][0] == "aggretriever" for suffix in args.records):
             texts = f"{prefix}.flat"
             jobs.insert(0, ("flat", None, texts))
         for kind, model, name in jobs:
+            suffix = name.removeprefix(f"{prefix}.")
             index = work / name
             if index.exists():
                 shutil.rmtree(index)
             build(kind, model, collection, index, args.threads)
             filename = f"{name}.tar.gz"
-            description = (f"{dataset}: {kind} index, shipped model" if kind != "aligner-compressed" else
-                           f"{dataset}: aligner index, default model, 40% of tokens (pooled), residual PQ32x6 + "
-                           "centroid lists")
+            description = f"{dataset}: {DESCRIPTIONS.get(suffix, f'{kind} index, shipped model')}"
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]
                                 if args.url_base else [], description=description,
                                 catalogue=args.catalogue, model=model,
