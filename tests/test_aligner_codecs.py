@@ -98,3 +98,23 @@ def test_residual_pq_defaults_to_32_six_bit_codes(encoded, tmp_path):
 def test_centroid_candidates_need_the_residual_codec(encoded, tmp_path):
     with pytest.raises(ValueError, match="residual-pq"):
         build_index(encoded, tmp_path / "i", candidates="centroid", progress=False)
+
+
+@pytest.mark.parametrize("codec", ["float16", "residual-pq"])
+def test_document_similarities_are_the_decoded_tokens_inner_products(encoded, tmp_path, codec):
+    # what the searcher scores with: the padded [C, L, n] similarities equal decode(rows) @ q, position by position
+    options = {"codec": "residual-pq", "candidates": "centroid", "nlist": 16, "pq_m": 8, "train_size": 2000} \
+        if codec == "residual-pq" else {}
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False, **options))
+    queries = np.random.default_rng(2).normal(size=(7, 32)).astype(np.float32)
+    docs = np.array([5, 0, 299, 17])
+    similarities, weights, mask = index.document_similarities(docs, queries)
+    lengths = np.diff(index.offsets)[docs]
+    assert similarities.shape == (4, lengths.max(), 7) and mask.sum() == lengths.sum()
+    for i, doc in enumerate(docs):
+        rows = np.arange(index.offsets[doc], index.offsets[doc + 1])
+        np.testing.assert_allclose(similarities[i, :lengths[i]], index.codec.decode(rows) @ queries.T, atol=1e-5)
+        np.testing.assert_array_equal(weights[i, :lengths[i]], index.weights[rows])
+        assert not similarities[i, lengths[i]:].any() and not weights[i, lengths[i]:].any()
+    with pytest.raises(ValueError, match="32-dim token vectors"):
+        index.document_similarities(docs, queries[:, :16])

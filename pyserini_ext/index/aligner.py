@@ -366,17 +366,26 @@ class AlignerIndex:
     def tokens(self) -> int:
         return len(self.doc_of_token)
 
-    def document_tokens(self, doc_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Padded (vectors [C, L, dim] float32, weights [C, L] float32, mask [C, L] bool) of some documents."""
+    def document_similarities(self, doc_indices: np.ndarray, query_vectors: np.ndarray
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Padded (similarities [C, L, n] float32 of each document token with the n query vectors, weights [C, L],
+        mask [C, L]): what scoring needs, without materialising padded document vectors."""
+        if query_vectors.ndim != 2 or query_vectors.shape[1] != self.metadata["dim"]:
+            raise ValueError(f"query vectors of shape {tuple(query_vectors.shape)}; {self.folder} holds "
+                             f"{self.metadata['dim']}-dim token vectors")
+        rows, weights, mask = self._padded_rows(doc_indices)
+        similarities = np.zeros(rows.shape + (len(query_vectors),), dtype=np.float32)
+        similarities[mask] = self.codec.similarities(rows[mask], np.ascontiguousarray(query_vectors, np.float32))
+        return similarities, weights, mask
+
+    def _padded_rows(self, doc_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         starts = self.offsets[doc_indices]
         lengths = self.offsets[doc_indices + 1] - starts
         positions = np.arange(max(1, int(lengths.max(initial=1))))
         mask = positions[None, :] < lengths[:, None]
         rows = np.where(mask, starts[:, None] + positions[None, :], 0)
-        vectors = np.zeros(rows.shape + (self.metadata["dim"],), dtype=np.float32)
-        vectors[mask] = self.codec.decode(rows[mask])
         weights = np.where(mask, np.asarray(self.weights[rows.ravel()]).reshape(rows.shape), 0).astype(np.float32)
-        return vectors, weights, mask
+        return rows, weights, mask
 
     def bytes_per_token(self) -> float:
         return float(self.metadata["bytes_per_token"])

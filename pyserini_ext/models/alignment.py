@@ -150,16 +150,22 @@ def alignment_scores(query_vectors: torch.Tensor, query_weights: torch.Tensor, q
     """
     if query_vectors.shape[-1] != doc_vectors.shape[-1]:
         raise ValueError(f"query dim {query_vectors.shape[-1]} != document dim {doc_vectors.shape[-1]}")
+    similarity = torch.einsum("qnd,cmd->qcnm", query_vectors, doc_vectors.to(query_vectors.dtype))
+    return aligned_scores(similarity, query_weights, query_mask, doc_weights, doc_mask, alignment)
+
+
+def aligned_scores(similarity: torch.Tensor, query_weights: torch.Tensor, query_mask: torch.Tensor,
+                   doc_weights: torch.Tensor, doc_mask: torch.Tensor, alignment: Alignment = MAXSIM) -> torch.Tensor:
+    """`alignment_scores` from precomputed token similarities [Q, D, n, m] (S = Q D^T per query and document)."""
     query_mask, doc_mask = query_mask.bool(), doc_mask.bool()
     doc_lengths = doc_mask.sum(-1)
     if torch.any(doc_lengths == 0):
         raise ValueError("alignment_scores: a document has no (unmasked) tokens")
     if torch.any(query_mask.sum(-1) == 0):
         raise ValueError("alignment_scores: a query has no (unmasked) tokens")
-    similarity = torch.einsum("qnd,cmd->qcnm", query_vectors, doc_vectors.to(query_vectors.dtype))
     similarity = similarity.masked_fill(~doc_mask[None, :, None, :], _MASKED_SIMILARITY)
     per_doc_k = alignment.tokens_per_query_token(doc_lengths)  # [D]
-    top_k = alignment.max_tokens(doc_vectors.shape[1])
+    top_k = alignment.max_tokens(similarity.shape[-1])
     top_similarity, top_index = similarity.topk(top_k, dim=-1)  # [Q, D, n, top_k]
     selected = torch.arange(top_k, device=per_doc_k.device)[None, :] < per_doc_k[:, None]  # [D, top_k]
     selected_doc_weight = doc_weights.to(top_similarity.dtype)[None, :, None, :].expand(

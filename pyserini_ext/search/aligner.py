@@ -20,7 +20,7 @@ from pyserini.search.faiss import DenseSearchResult
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
 from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError
 from pyserini_ext.models.aligner import QUERY, AlignerModel
-from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, alignment_scores
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, aligned_scores
 
 
 class AlignerSearcher:
@@ -70,14 +70,15 @@ class AlignerSearcher:
                         alignment: Alignment | None = None) -> np.ndarray:
         """Exact alignment scores of one query against the given documents (batched over documents)."""
         alignment = alignment or self.alignment
-        q = torch.from_numpy(query_vectors)[None]
         qw = torch.from_numpy(query_weights)[None]
         qm = torch.ones_like(qw, dtype=torch.bool)
         scores = []
         for start in range(0, len(doc_indices), self.score_batch):
-            vectors, weights, mask = self.index.document_tokens(doc_indices[start:start + self.score_batch])
-            scores.append(alignment_scores(q, qw, qm, torch.from_numpy(vectors), torch.from_numpy(weights),
-                                           torch.from_numpy(mask), alignment)[0].numpy())
+            # token similarities straight from the stored tokens: no padded [C, L, dim] copy of the documents
+            similarities, weights, mask = self.index.document_similarities(
+                doc_indices[start:start + self.score_batch], query_vectors)
+            scores.append(aligned_scores(torch.from_numpy(similarities).transpose(1, 2)[None], qw, qm,
+                                         torch.from_numpy(weights), torch.from_numpy(mask), alignment)[0].numpy())
         return np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
 
     def rank(self, query_vectors: np.ndarray, query_weights: np.ndarray, k: int,
