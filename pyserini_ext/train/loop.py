@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+PRECISIONS = ("fp32", "bf16")
+
 
 @dataclass
 class TrainConfig:
@@ -40,10 +42,20 @@ class TrainConfig:
     kl_weight: float = 1.0  # listwise KL to the teacher ensemble over each query's group
     in_batch_weight: float = 1.0  # NLL of the teacher-best among all passages of the batch
     teacher_temperature: float = 1.0  # on the ensemble's z-scores
+    # "bf16": the forward pass and loss under bfloat16 autocast (CPUs with AVX512-BF16/AMX, CUDA); the weights,
+    # gradients and optimiser state stay float32
+    precision: str = "fp32"
 
     def __post_init__(self):
         if self.batch_size < 1 or self.group_size < 1:
             raise ValueError(f"batch_size and group_size must be >= 1, got {self.batch_size}, {self.group_size}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+
+def autocast(config: TrainConfig) -> torch.autocast:
+    """The context a training forward pass runs in (a no-op at fp32)."""
+    return torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
 
 def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
@@ -117,7 +129,8 @@ def train(model: torch.nn.Module,
                 step += 1
                 if step <= done:
                     continue  # replayed from the checkpoint
-                loss = loss_fn(model, batch)
+                with autocast(config):
+                    loss = loss_fn(model, batch).float()
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss became {loss.item()} at step {len(losses)}")
                 optimizer.zero_grad(set_to_none=True)
