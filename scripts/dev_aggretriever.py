@@ -6,16 +6,19 @@ concatenated vector and of each part ([CLS] projection, agg*), which the model w
 
 Default: SciFact train, the first 400 queries by id, over the whole corpus (SciFact train is in the distillation
 set, so it flatters every model alike; the MS MARCO triples development set that `make report` builds is
-`--dataset runs/report/full/msmarco-dev/source --split dev`). Passages at `--max-length` tokens (256, as the
-report indexes them), queries at 32, inner product, nDCG@10 with ir_measures. `--cls-only` runs the body alone
-(no vocabulary head): only the [CLS] part, much faster. Several `--split`s share one encoding of the corpus; a
-test split's figures are for reporting a choice already made, never for making it.
+`--dataset runs/report/full/msmarco-dev/source --split dev`; `--reuse-index` with the model's DL19 Faiss index
+from `make report` or `make prebuilt` reads its 30k passages back instead of encoding them again). Passages at
+`--max-length` tokens (256, as the report indexes them), queries at 32, inner product, nDCG@10 with ir_measures.
+`--cls-only` runs the body alone (no vocabulary head): only the [CLS] part, much faster. Several `--split`s share
+one encoding of the corpus; a test split's figures are for reporting a choice already made, never for making it.
 """
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
+import faiss
 import ir_measures
 import numpy as np
 import torch
@@ -43,6 +46,15 @@ def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int, cl
     return vectors
 
 
+def stored_vectors(index_dir: str) -> dict[str, np.ndarray]:
+    """docid -> vector of a Pyserini Faiss index folder (`index` + `docid`)."""
+    index = faiss.read_index(str(Path(index_dir) / "index"))
+    docids = (Path(index_dir) / "docid").read_text(encoding="utf-8").splitlines()
+    if len(docids) != index.ntotal:
+        raise SystemExit(f"{index_dir}: {len(docids)} docids for {index.ntotal} vectors")
+    return dict(zip(docids, index.reconstruct_n(0, index.ntotal)))
+
+
 def ndcg10(scores: np.ndarray, qids: list[str], docids: list[str], qrels: list) -> float:
     run = []
     for row, qid in enumerate(qids):
@@ -60,6 +72,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--cls-only", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reuse-index", help="a Pyserini Faiss index built with this model (one model only): the "
+                                              "passages it holds are read back, the others encoded")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dataset = load_dataset(args.dataset)
@@ -74,7 +88,18 @@ def main() -> None:
     for folder in args.models:
         start = time.perf_counter()
         model, tokenizer = Aggretriever.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
-        p = encode(model, tokenizer, passages, args.max_length, args.cls_only)
+        if args.reuse_index:
+            if len(args.models) > 1 or args.cls_only:
+                raise SystemExit("--reuse-index: one model, full vectors")
+            stored = stored_vectors(args.reuse_index)
+            missing = [i for i, d in enumerate(docids) if d not in stored]
+            blank = np.zeros_like(next(iter(stored.values())))
+            p = np.stack([stored.get(d, blank) for d in docids])
+            if missing:
+                p[missing] = encode(model, tokenizer, [passages[i] for i in missing], args.max_length, False)
+            print(f"{len(docids) - len(missing)} passages read from {args.reuse_index}, {len(missing)} encoded")
+        else:
+            p = encode(model, tokenizer, passages, args.max_length, args.cls_only)
         for split, (qids, texts, qrels) in splits.items():
             q = encode(model, tokenizer, texts, 32, args.cls_only)
             cls_dim = q.shape[1] if args.cls_only else model.config.cls_dim
