@@ -19,6 +19,7 @@ import faiss
 import ir_measures
 import numpy as np
 import torch
+from bench_aggretriever import runnable
 from ir_measures import nDCG
 
 from pyserini_ext import registry
@@ -136,7 +137,7 @@ def main() -> None:
     faiss.omp_set_num_threads(args.threads)
     corpus, queries, qrels = subset(load_dataset("scifact"), args.docs)
     settings = {name: {**options, "threads": args.threads} if options["backend"] == "onnx" else options
-                for name, options in SETTINGS.items()}
+                for name, options in runnable(SETTINGS).items()}
     deepct_dir = _model("deepct", args.deepct, "deepct_config.json")
     aligner_dir = _model("aligner", args.aligner, "aligner_config.json")
     results = {}

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_aggretriever import SIDES, demo_model, pyserini_encoder, run_side
+from bench_aggretriever import SIDES, demo_model, pyserini_encoder, run_side, runnable
 
 
 def worker(side: str, model_dir: str, queries: int, threads: int, out: str) -> None:
@@ -58,7 +58,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model or demo_model(Path(tmp) / "model")
         latencies = {}
-        for i, side in enumerate(SIDES):
+        for i, side in enumerate(runnable(SIDES)):
             out = str(Path(tmp) / f"side{i}")
             run_side(__file__, side, args.threads, ["--model", model_dir, "--out", out,
                                                     "--queries", str(args.queries)])

@@ -56,3 +56,12 @@ def one_thread():
     yield
     torch.set_num_threads(previous)
     faiss.omp_set_num_threads(previous)
+
+
+@pytest.fixture
+def bfloat16_kernels(monkeypatch):
+    """Runs the bfloat16 code paths also on a CPU without bfloat16 kernels (where they fall back to float32 unless
+    told otherwise): slow there, but the inputs of these tests are small."""
+    from pyserini_ext import hardware
+
+    monkeypatch.setattr(hardware, "native_bfloat16", lambda device: True)

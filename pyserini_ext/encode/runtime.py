@@ -5,7 +5,8 @@
     backend  precision   device     how
     torch    float32     cpu, cuda  plain
     torch    bfloat16    cpu, cuda  torch autocast (CPU: oneDNN bf16 kernels, AVX-512 BF16 / AMX where present);
-                                    the Aggretriever also holds its weights in bfloat16 (no per-call weight casts)
+                                    the Aggretriever also holds its weights in bfloat16 (no per-call weight casts);
+                                    float32 with a warning where the device has no bfloat16 kernels (hardware.py)
     torch    float16     cuda       torch autocast
     onnx     float32     cpu, cuda  ONNX Runtime, graphs exported once and cached next to the model
     onnx     int8        cpu        ONNX Runtime dynamic quantisation (`onnxruntime.quantization.quantize_dynamic`,
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from pyserini_ext import hardware
 
 BACKENDS = ("torch", "onnx")
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
@@ -78,6 +81,9 @@ class EncoderRuntime:
                              "float32 and int8")
         if self.backend == "onnx" and self.precision == "int8" and self.torch_device.type != "cpu":
             raise ValueError("int8 (ONNX Runtime dynamic quantisation) runs on CPU only")
+        if self.precision == "bfloat16" and not hardware.native_bfloat16(self.torch_device):
+            warnings.warn(hardware.slow_bfloat16_warning(self.torch_device, "encoding"), stacklevel=3)
+            self.precision = "float32"
 
     # ---- torch ------------------------------------------------------------------------------------------------
     def autocast(self, precision: str | None = None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+from pyserini_ext import hardware
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -43,7 +46,8 @@ class TrainConfig:
     in_batch_weight: float = 1.0  # NLL of the teacher-best among all passages of the batch
     teacher_temperature: float = 1.0  # on the ensemble's z-scores
     # "bf16": the forward pass and loss under bfloat16 autocast (CPUs with AVX512-BF16/AMX, CUDA); the weights,
-    # gradients and optimiser state stay float32
+    # gradients and optimiser state stay float32. Where the device has no bfloat16 kernels, training runs fp32
+    # with a warning (`precision_used`), since there bf16 would be tens of times slower
     precision: str = "fp32"
 
     def __post_init__(self):
@@ -53,9 +57,17 @@ class TrainConfig:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
+def precision_used(config: TrainConfig) -> str:
+    """The precision training really runs at: bf16 only where the device has bfloat16 kernels."""
+    if config.precision == "bf16" and not hardware.native_bfloat16(config.device):
+        return "fp32"
+    return config.precision
+
+
 def autocast(config: TrainConfig) -> torch.autocast:
     """The context a training forward pass runs in (a no-op at fp32)."""
-    return torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    return torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16,
+                          enabled=precision_used(config) == "bf16")
 
 
 def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
@@ -88,6 +100,8 @@ def train(model: torch.nn.Module,
     """
     from transformers import get_linear_schedule_with_warmup
 
+    if precision_used(config) != config.precision:
+        warnings.warn(hardware.slow_bfloat16_warning(config.device, "training"), stacklevel=2)
     set_seed(config.seed)
     total = steps_per_epoch * config.epochs
     if config.max_steps is not None:
@@ -155,5 +169,6 @@ def train(model: torch.nn.Module,
 def save_training_log(out_dir: str | os.PathLike, config: TrainConfig, losses: list[float], **extra) -> Path:
     path = Path(out_dir) / "training_log.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"config": asdict(config), "losses": losses, **extra}, indent=1))
+    path.write_text(json.dumps({"config": asdict(config), "precision_used": precision_used(config), "losses": losses,
+                                **extra}, indent=1))
     return path

@@ -128,8 +128,10 @@ def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
                 + f", linear warm-up {train['warmup_ratio']:.0%} and decay, seed {train['seed']}")
     training += (f", {train['batch_size']} passages per step" if kind == "deepct" else
                  f", {train['batch_size']} queries x {train['group_size']} candidates per step")
-    if train.get("precision") == "bf16":
+    if log.get("precision_used", train.get("precision")) == "bf16":
         training += ", forward pass under bfloat16 autocast (float32 weights and optimiser)"
+    elif train.get("precision") == "bf16":
+        training += ", float32 (the recipe's bfloat16 autocast needs bfloat16 kernels, which this machine lacks)"
     (folder / "README.md").write_text(CARD.format(
         folder=folder.name.removeprefix(".").removesuffix(".partial"), summary=SUMMARIES[kind],
         backbone=recipe["model"]["model"], backbone_note=BACKBONE_NOTES.get(recipe["model"]["model"], "a local folder"),
