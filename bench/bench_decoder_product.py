@@ -1,0 +1,79 @@
+"""Which library computes the MLM head's vocabulary product fastest on this CPU, in one run.
+
+The product [positions, hidden + 1] x [hidden + 1, vocab] (splade-tiny: 129 x 30,522, 64 positions per block) is
+most of an Aggretriever encoding's time. torch computes it with MKL, whose code paths on non-Intel CPUs can be
+slow; ONNX Runtime's own kernels (MLAS) run the ONNX backend. This prints both, and torch's float32 alternatives,
+as milliseconds per block and as a ratio to torch's matrix product, so a user can tell whether the ONNX backend
+(`aggretriever-onnx`, `--backend onnx`) pays off on their machine.
+
+    .venv/bin/python bench/bench_decoder_product.py --threads 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from pyserini_ext import hardware
+
+
+def milliseconds(run, repeats: int) -> float:
+    for _ in range(3):
+        run()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--positions", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=129)
+    parser.add_argument("--vocab", type=int, default=30522)
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    weight = torch.randn(args.vocab, args.hidden) * 0.05
+    rows = torch.randn(args.positions, args.hidden)
+    block = torch.empty(args.positions, args.vocab)
+    results = {"torch matmul (float32)": milliseconds(lambda: torch.mm(rows, weight.T, out=block), args.repeats)}
+    if hardware.native_bfloat16("cpu"):
+        weight16, rows16 = weight.bfloat16(), rows.bfloat16()
+        results["torch matmul (bfloat16)"] = milliseconds(lambda: torch.mm(rows16, weight16.T), args.repeats)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["rows", "weight"], ["logits"])], "decoder",
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [None, args.hidden])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [None, args.vocab])],
+        [numpy_helper.from_array(weight.T.contiguous().numpy(), "weight")])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                                   .SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = {"rows": rows.numpy()}
+    results["ONNX Runtime MatMul (float32)"] = milliseconds(lambda: session.run(None, feed), args.repeats)
+    flops = 2 * args.positions * args.hidden * args.vocab
+    base = results["torch matmul (float32)"]
+    print(f"[{args.positions}, {args.hidden}] x [{args.hidden}, {args.vocab}], {args.threads} threads, "
+          f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"bfloat16 kernels {'yes' if hardware.native_bfloat16('cpu') else 'no'}")
+    print(f"{'':30} {'ms':>7} {'GFLOP/s':>8} {'speed-up vs torch fp32':>23}")
+    for name, ms in results.items():
+        print(f"{name:30} {ms:7.2f} {flops / ms / 1e6:8.1f} {base / ms:22.2f}x")
+    np.testing.assert_allclose(session.run(None, feed)[0], (rows @ weight.T).numpy(), rtol=1e-4, atol=1e-4)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"threads": args.threads, "positions": args.positions,
+                                               "milliseconds": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
