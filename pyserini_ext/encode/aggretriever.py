@@ -6,8 +6,13 @@ The ONNX backend exports the model as two graphs, so that ONNX Runtime never mat
 vocabulary tensor either:
   * `aggretriever-body`:    (input_ids, attention_mask) -> [CLS] projection, MLM-transformed hidden states of
                             positions 1..L-1, and their term weights;
-  * `aggretriever-lexical`: (rows [R, H], weights [R]) -> max_r softmax(rows @ E^T + b)[r] * weights[r], i.e. one
-                            sequence's lexical vector over a chunk of its positions.
+  * `aggretriever-vocabulary`: rows [R, H] -> softmax(rows @ E^T + b), [R, vocab], the distributions of a chunk
+                            of one sequence's positions; weighting them and the max over positions run in numpy,
+                            since ONNX Runtime's ReduceMax over the first axis took a third of the graph's time
+                            (docs/bench.md). For float32 the bias is one more row of the product's matrix, as in the
+                            torch model (a separate Add pass cost ~15%); the graph that int8 quantises keeps it
+                            apart (`-separate-bias`): one int8 scale per matrix, and splade-tiny's bias reaches -9.5,
+                            a step of 0.075, more than the weights' standard deviation (0.06).
 """
 from __future__ import annotations
 
@@ -32,9 +37,10 @@ BODY = OnnxGraph("aggretriever-body", (_IDS, _MASK), ("input_ids", "attention_ma
                   "cls": {0: "batch"}, "rows": {0: "batch", 1: "positions"}, "weights": {0: "batch", 1: "positions"}})
 
 
-def _lexical_graph(hidden_size: int) -> OnnxGraph:
-    return OnnxGraph("aggretriever-lexical", (torch.randn(3, hidden_size), torch.ones(3)), ("rows", "weights"),
-                     ("lexical",), {"rows": {0: "rows"}, "weights": {0: "rows"}})
+def _vocabulary_graph(hidden_size: int, fold_bias: bool) -> OnnxGraph:
+    name = "aggretriever-vocabulary" + ("" if fold_bias else "-separate-bias")
+    return OnnxGraph(name, (torch.randn(3, hidden_size),), ("rows",), ("probabilities",),
+                     {"rows": {0: "rows"}, "probabilities": {0: "rows"}})
 
 
 class _Body(nn.Module):
@@ -49,14 +55,18 @@ class _Body(nn.Module):
         return cls, self.model._mlm.transform(rest), self.model.tok_proj(rest).squeeze(-1)
 
 
-class _Lexical(nn.Module):
-    def __init__(self, model: Aggretriever):
+class _VocabularySoftmax(nn.Module):
+    def __init__(self, model: Aggretriever, fold_bias: bool):
         super().__init__()
-        self.model = model
+        self.model, self.fold_bias = model, fold_bias
 
-    def forward(self, rows, weights):
-        probs = torch.softmax(self.model._mlm.decode(rows), dim=-1)
-        return (probs * weights[:, None]).amax(0)
+    def forward(self, rows):
+        if not self.fold_bias:
+            return torch.softmax(self.model._mlm.decode(rows), dim=-1)
+        decoder = self.model._mlm.decoder_matrix()
+        if decoder.shape[1] > rows.shape[1]:  # the bias column
+            rows = torch.cat((rows, torch.ones_like(rows[:, :1])), 1)
+        return torch.softmax(rows @ decoder.T, dim=-1)
 
 
 class _AggretrieverEncoder:
@@ -79,7 +89,9 @@ class _AggretrieverEncoder:
         if model.config.pooling == "no-mlm":
             raise ValueError("the ONNX backend covers the MLM poolings (agg*, agg+); use the torch backend for no-mlm")
         self.body = runtime.session(BODY, folder, lambda: _Body(model))
-        self.lexical = runtime.session(_lexical_graph(model.tok_proj.in_features), folder, lambda: _Lexical(model))
+        fold_bias = runtime.precision != "int8"
+        self.vocabulary = runtime.session(_vocabulary_graph(model.tok_proj.in_features, fold_bias), folder,
+                                          lambda: _VocabularySoftmax(model, fold_bias))
         self.model = None  # ONNX Runtime holds its own copy of the weights
 
     def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None) -> np.ndarray:
@@ -103,9 +115,9 @@ class _AggretrieverEncoder:
             best = np.full(self.vocab_size, -np.inf if valid.all() else 0.0, dtype=np.float32)
             seq_rows, seq_weights = rows[seq][valid], weights[seq][valid]
             for start in range(0, len(seq_rows), chunk):
-                part = self.lexical.run(None, {"rows": seq_rows[start:start + chunk],
-                                               "weights": seq_weights[start:start + chunk]})[0]
-                np.maximum(best, part, out=best)
+                probabilities = self.vocabulary.run(None, {"rows": seq_rows[start:start + chunk]})[0]
+                np.multiply(probabilities, seq_weights[start:start + chunk, None], out=probabilities)
+                np.maximum(best, probabilities.max(axis=0), out=best)
             lexical[seq] = best
         agg = aggregate(torch.from_numpy(lexical), self.config.agg_dim, full=self.config.pooling != "agg+").numpy()
         return np.concatenate([cls, agg], axis=1)
