@@ -7,7 +7,9 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
 
 from pyserini_ext import hardware
-from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
+from pyserini_ext.data.text import document_texts
+from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder, _AggretrieverEncoder
+from pyserini_ext.encode.runtime import EncoderRuntime
 from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm
 
 BOUND_INT8 = 0.05  # relative L2 distance from float32; measured 0.013 (bert, agg*) and 0.016 (distilbert, agg+)
@@ -41,6 +43,16 @@ def test_documents_match_torch(model_dir, tmp_path):
     assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
     exported = sorted(p.name for p in (tmp_path / "onnx").iterdir())
     assert exported == ["aggretriever-body.onnx", "aggretriever-vocabulary.onnx"]
+
+
+def test_pooled_graph_matches_torch(model_dir, tmp_path):
+    """The GPU's variant (weights and max inside the graph), checked here on the CPU."""
+    expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
+    runtime = EncoderRuntime("onnx", "cpu", onnx_dir=str(tmp_path), position_chunk=5)
+    pooled = _AggretrieverEncoder(str(model_dir), None, runtime, pooled_graph=True)
+    got = pooled.encode_texts(document_texts(TEXTS, None), 128)
+    assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
+    assert (tmp_path / "aggretriever-vocabulary-pooled.onnx").is_file()
 
 
 def test_int8_documents_near_float32(model_dir, tmp_path):

@@ -7,12 +7,14 @@ vocabulary tensor either:
   * `aggretriever-body`:    (input_ids, attention_mask) -> [CLS] projection, MLM-transformed hidden states of
                             positions 1..L-1, and their term weights;
   * `aggretriever-vocabulary`: rows [R, H] -> softmax(rows @ E^T + b), [R, vocab], the distributions of a chunk
-                            of one sequence's positions; weighting them and the max over positions run in numpy,
-                            since ONNX Runtime's ReduceMax over the first axis took a third of the graph's time
-                            (docs/bench.md). For float32 the bias is one more row of the product's matrix, as in the
-                            torch model (a separate Add pass cost ~15%); the graph that int8 quantises keeps it
-                            apart (`-separate-bias`): one int8 scale per matrix, and splade-tiny's bias reaches -9.5,
-                            a step of 0.075, more than the weights' standard deviation (0.06).
+                            of one sequence's positions; on CPU, weighting them and the max over positions run in
+                            numpy, since ONNX Runtime's ReduceMax over the first axis took a third of the graph's
+                            time (docs/bench.md); on a GPU the graph does both (`-pooled`: rows, weights -> [vocab]),
+                            so that the [R, vocab] block never crosses to the host. For float32 the bias is one more
+                            row of the product's matrix, as in the torch model (a separate Add pass cost ~15%); the
+                            graph that int8 quantises keeps it apart (`-separate-bias`): one int8 scale per matrix,
+                            and splade-tiny's bias reaches -9.5, a step of 0.075, more than the weights' standard
+                            deviation (0.06).
 """
 from __future__ import annotations
 
@@ -37,8 +39,11 @@ BODY = OnnxGraph("aggretriever-body", (_IDS, _MASK), ("input_ids", "attention_ma
                   "cls": {0: "batch"}, "rows": {0: "batch", 1: "positions"}, "weights": {0: "batch", 1: "positions"}})
 
 
-def _vocabulary_graph(hidden_size: int, fold_bias: bool) -> OnnxGraph:
-    name = "aggretriever-vocabulary" + ("" if fold_bias else "-separate-bias")
+def _vocabulary_graph(hidden_size: int, fold_bias: bool, pooled: bool) -> OnnxGraph:
+    name = "aggretriever-vocabulary" + ("" if fold_bias else "-separate-bias") + ("-pooled" if pooled else "")
+    if pooled:
+        return OnnxGraph(name, (torch.randn(3, hidden_size), torch.ones(3)), ("rows", "weights"), ("lexical",),
+                         {"rows": {0: "rows"}, "weights": {0: "rows"}})
     return OnnxGraph(name, (torch.randn(3, hidden_size),), ("rows",), ("probabilities",),
                      {"rows": {0: "rows"}, "probabilities": {0: "rows"}})
 
@@ -55,24 +60,30 @@ class _Body(nn.Module):
         return cls, self.model._mlm.transform(rest), self.model.tok_proj(rest).squeeze(-1)
 
 
-class _VocabularySoftmax(nn.Module):
-    def __init__(self, model: Aggretriever, fold_bias: bool):
-        super().__init__()
-        self.model, self.fold_bias = model, fold_bias
+class _Vocabulary(nn.Module):
+    """softmax(rows @ E^T + b) of a chunk of positions; `pooled`: weighted and maxed over the positions."""
 
-    def forward(self, rows):
-        if not self.fold_bias:
-            return torch.softmax(self.model._mlm.decode(rows), dim=-1)
-        decoder = self.model._mlm.decoder_matrix()
-        if decoder.shape[1] > rows.shape[1]:  # the bias column
-            rows = torch.cat((rows, torch.ones_like(rows[:, :1])), 1)
-        return torch.softmax(rows @ decoder.T, dim=-1)
+    def __init__(self, model: Aggretriever, fold_bias: bool, pooled: bool):
+        super().__init__()
+        self.model, self.fold_bias, self.pooled = model, fold_bias, pooled
+
+    def forward(self, rows, weights=None):
+        if self.fold_bias:
+            decoder = self.model._mlm.decoder_matrix()
+            if decoder.shape[1] > rows.shape[1]:  # the bias column
+                rows = torch.cat((rows, torch.ones_like(rows[:, :1])), 1)
+            probabilities = torch.softmax(rows @ decoder.T, dim=-1)
+        else:
+            probabilities = torch.softmax(self.model._mlm.decode(rows), dim=-1)
+        return (probabilities * weights[:, None]).amax(0) if self.pooled else probabilities
 
 
 class _AggretrieverEncoder:
     """The model on one runtime: `encode_texts(texts, max_length) -> [n, dim]` float32."""
 
-    def __init__(self, model_name: str, tokenizer_name: str | None, runtime: EncoderRuntime):
+    def __init__(self, model_name: str, tokenizer_name: str | None, runtime: EncoderRuntime,
+                 pooled_graph: bool | None = None):
+        """pooled_graph (ONNX): the vocabulary graph weighs and maxes too; default: on a GPU only."""
         folder = resolve_model_folder(model_name)
         self.runtime = runtime
         self.tokenizer = load_tokenizer(tokenizer_name or folder)
@@ -90,8 +101,9 @@ class _AggretrieverEncoder:
             raise ValueError("the ONNX backend covers the MLM poolings (agg*, agg+); use the torch backend for no-mlm")
         self.body = runtime.session(BODY, folder, lambda: _Body(model))
         fold_bias = runtime.precision != "int8"
-        self.vocabulary = runtime.session(_vocabulary_graph(model.tok_proj.in_features, fold_bias), folder,
-                                          lambda: _VocabularySoftmax(model, fold_bias))
+        self.pooled = runtime.torch_device.type != "cpu" if pooled_graph is None else pooled_graph
+        self.vocabulary = runtime.session(_vocabulary_graph(model.tok_proj.in_features, fold_bias, self.pooled),
+                                          folder, lambda: _Vocabulary(model, fold_bias, self.pooled))
         self.model = None  # ONNX Runtime holds its own copy of the weights
 
     def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None) -> np.ndarray:
@@ -115,9 +127,14 @@ class _AggretrieverEncoder:
             best = np.full(self.vocab_size, -np.inf if valid.all() else 0.0, dtype=np.float32)
             seq_rows, seq_weights = rows[seq][valid], weights[seq][valid]
             for start in range(0, len(seq_rows), chunk):
-                probabilities = self.vocabulary.run(None, {"rows": seq_rows[start:start + chunk]})[0]
-                np.multiply(probabilities, seq_weights[start:start + chunk, None], out=probabilities)
-                np.maximum(best, probabilities.max(axis=0), out=best)
+                part_rows, part_weights = seq_rows[start:start + chunk], seq_weights[start:start + chunk]
+                if self.pooled:
+                    part = self.vocabulary.run(None, {"rows": part_rows, "weights": part_weights})[0]
+                else:
+                    part = self.vocabulary.run(None, {"rows": part_rows})[0]
+                    np.multiply(part, part_weights[:, None], out=part)
+                    part = part.max(axis=0)
+                np.maximum(best, part, out=best)
             lexical[seq] = best
         agg = aggregate(torch.from_numpy(lexical), self.config.agg_dim, full=self.config.pooling != "agg+").numpy()
         return np.concatenate([cls, agg], axis=1)
