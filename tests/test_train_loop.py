@@ -70,3 +70,40 @@ def test_bf16_without_bfloat16_kernels_trains_fp32_with_a_warning(tmp_path, monk
     torch.testing.assert_close(model.weight, reference.weight, atol=0, rtol=0)
     log = json.loads(save_training_log(tmp_path, TrainConfig(precision="bf16"), losses).read_text())
     assert (log["config"]["precision"], log["precision_used"]) == ("bf16", "fp32")
+
+
+def test_attention_dropout_zero_makes_training_mode_attention_deterministic(tmp_path):
+    """attention_dropout=0 switches off the dropout on attention probabilities (and only that): with the hidden
+    dropouts off as well, a training-mode forward pass equals the evaluation one."""
+    from transformers import AutoModel
+
+    from pyserini_ext.models.backbones import backbone_path
+
+    body = AutoModel.from_pretrained(backbone_path("splade-tiny"), attn_implementation="sdpa")
+    for name, module in body.named_modules():
+        if isinstance(module, torch.nn.Dropout) and "attention.self" not in name:
+            module.p = 0.0  # hidden dropouts off; the attention dropouts keep BERT's 0.1
+    inputs = {"input_ids": torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102]])}
+    body.eval()
+    expected = body(**inputs).last_hidden_state
+    seen = []
+
+    def loss_fn(module, batch):
+        assert module.training
+        output = module(**inputs).last_hidden_state
+        seen.append(output.detach())
+        return output.sum() * 0.0  # no update: only the forward pass is compared
+
+    config = TrainConfig(learning_rate=0.0, max_steps=1, attention_dropout=0.0)
+    train(body, lambda epoch: iter([0]), loss_fn, config, 1)
+    torch.testing.assert_close(seen[0], expected)
+    body.train()
+    for module in body.modules():
+        if type(module).__name__.endswith("SelfAttention"):
+            module.dropout.p = 0.1
+    torch.manual_seed(0)
+    assert not torch.allclose(body(**inputs).last_hidden_state, expected)  # BERT's 0.1 does drop
+    with pytest.raises(ValueError, match="attention_dropout must be in"):
+        TrainConfig(attention_dropout=1.0)
+    with pytest.raises(ValueError, match="no self-attention module"):
+        train(torch.nn.Linear(2, 1), lambda epoch: iter([0]), lambda m, b: m.weight.sum(), config, 1)
