@@ -47,8 +47,9 @@ def main() -> None:
     passages, docs = ("64", "200") if args.quick else ("1000", "800")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        runs = [run("bench_aggretriever.py", ["--passages", passages, "--max-length", length],
-                    tmp / f"agg{length}.json") for length in ("256", "512")]
+        runs = [run("bench_aggretriever.py", ["--passages", passages, "--max-length", length, "--rounds",
+                                              "1" if args.quick else "3"], tmp / f"agg{length}.json")
+                for length in ("256", "512")]
         runs.append(run("bench_query_latency.py", ["--queries", "300"], tmp / "query.json"))
         runs.append(run("bench_decoder_product.py", ["--threads", "2"], tmp / "decoder.json"))
         runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, aggregate, slice_layout
+from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, aggregate, slice_layout, slice_max
 
 
 def numpy_slices(v: np.ndarray, width: int) -> np.ndarray:
@@ -102,3 +102,77 @@ def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias):
         np.testing.assert_allclose(got[row, :4], cls[row], atol=1e-6)
         np.testing.assert_allclose(got[row, 4:], agg, atol=1e-6)
     assert got.shape == (2, 4 + d)
+
+
+@pytest.mark.parametrize("pooling", ["agg*", "agg+"])
+@pytest.mark.parametrize("vocab", [3660, 1100])
+def test_encoding_without_v_matches_v_on_a_padded_vocabulary(pooling, vocab):
+    """Encoding pools each position's slice extrema instead of building v; with 3,660 (or 1,100) ids and 640
+    dims, agg*'s 1,280-wide slices need the released rule's zero padding after a partial last row (or a partial row
+    alone), agg+ drops ids: each equals slicing v itself."""
+    torch.manual_seed(2)
+    config = BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)
+    model = Aggretriever(BertForMaskedLM(config), AggretrieverConfig(agg_dim=640, cls_dim=0, pooling=pooling)).eval()
+    torch.nn.init.normal_(model.tok_proj.weight, std=1.0)
+    model.position_chunk = 4
+    input_ids = torch.randint(5, vocab, (3, 9))
+    mask = torch.ones_like(input_ids)
+    mask[1, 5:] = 0
+    mask[2, 1:] = 0  # [CLS] alone
+    with torch.no_grad():
+        got = model(input_ids, mask).numpy()
+        hidden = model._mlm.hidden_states(input_ids, mask)
+        logits = model._mlm.logits(hidden).numpy().astype(np.float64)
+        weights = model.tok_proj(hidden).squeeze(-1).numpy()
+    assert (weights[:2, 1:] < 0).any() and (weights[:2, 1:] > 0).any()
+    for row in range(3):
+        v = numpy_lexical(logits[row], weights[row], mask[row].numpy())
+        expected = numpy_agg_plus(v, 640) if pooling == "agg+" else numpy_agg_star(v, 640)
+        np.testing.assert_allclose(got[row], expected, atol=1e-6)
+    np.testing.assert_array_equal(got[2], 0)
+
+
+@pytest.fixture
+def fresh_compile_state(monkeypatch):
+    """block_slice_maxima's compiled kernel and failure flag, reset for the test and restored after it."""
+    import pyserini_ext.models.aggretriever as agg
+
+    monkeypatch.setattr(agg, "_compiled_slice_maxima", None)
+    monkeypatch.setattr(agg, "_compile_failed", False)
+    monkeypatch.delenv("PYSERINI_EXT_COMPILE", raising=False)
+    return agg
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_block_kernel_equals_eager_on_a_real_vocabulary(fresh_compile_state, dtype):
+    """Full 64-row blocks of BERT's 30,522 logits go through torch.compile; agg*'s padded slices and agg+'s dropped
+    ids, both weight signs: the same values as eager torch and as a float64 softmax."""
+    agg = fresh_compile_state
+    rng = torch.Generator().manual_seed(3)
+    logits = (torch.randn(64, 30522, generator=rng) * 4).to(dtype)
+    weights = torch.randn(64, generator=rng)
+    for width in (1280, 640):
+        got = agg.block_slice_maxima(logits, weights, width, full_block=True)
+        assert agg._compiled_slice_maxima is not None and not agg._compile_failed
+        eager = agg.position_slice_maxima(logits, weights, width)
+        probs = torch.softmax(logits.double(), -1) * weights.double()[:, None]
+        expected = torch.stack([slice_max(row[None], width)[0] for row in probs])
+        np.testing.assert_allclose(got.numpy(), eager.numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-7)
+    assert got.dtype == torch.float32
+
+
+def test_compile_failure_falls_back_to_eager_with_a_warning(fresh_compile_state):
+    """No working C++ compiler: inductor fails for real; the block is encoded eagerly, once with a warning."""
+    import torch._inductor.config as inductor_config
+
+    agg = fresh_compile_state
+    torch._dynamo.reset()
+    logits, weights = torch.randn(48, 5000), torch.rand(48)  # a shape no other test compiles
+    with (inductor_config.patch({"cpp.cxx": ("/nonexistent/g++",), "fx_graph_cache": False}),
+          pytest.warns(UserWarning, match="torch.compile could not build")):
+        got = agg.block_slice_maxima(logits, weights, 640, full_block=True)
+    assert agg._compile_failed
+    np.testing.assert_array_equal(got.numpy(), agg.position_slice_maxima(logits, weights, 640).numpy())
+    torch._dynamo.reset()
