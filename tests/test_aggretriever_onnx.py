@@ -42,7 +42,7 @@ def test_documents_match_torch(model_dir, tmp_path):
     got = onnx.encode(TEXTS, max_length=128)
     assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
     exported = sorted(p.name for p in (tmp_path / "onnx").iterdir())
-    assert exported == ["aggretriever-body.onnx", "aggretriever-logits.onnx"]
+    assert exported == ["aggretriever-body.onnx", "aggretriever-vocabulary.onnx"]
 
 
 def test_pooled_graph_matches_torch(model_dir, tmp_path):
@@ -63,8 +63,8 @@ def test_int8_documents_near_float32(model_dir, tmp_path):
     relative = np.linalg.norm(got - expected, axis=1) / np.linalg.norm(expected, axis=1)
     assert got.shape == expected.shape and 1e-4 < relative.max() <= BOUND_INT8
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "aggretriever-body.int8.onnx", "aggretriever-body.onnx", "aggretriever-logits-separate-bias.int8.onnx",
-        "aggretriever-logits-separate-bias.onnx"]
+        "aggretriever-body.int8.onnx", "aggretriever-body.onnx", "aggretriever-vocabulary-separate-bias.int8.onnx",
+        "aggretriever-vocabulary-separate-bias.onnx"]
 
 
 def test_queries_match_torch(model_dir, tmp_path):

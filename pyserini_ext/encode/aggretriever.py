@@ -6,13 +6,11 @@ The ONNX backend exports the model as two graphs, so that ONNX Runtime never mat
 vocabulary tensor either:
   * `aggretriever-body`:    (input_ids, attention_mask) -> [CLS] projection, MLM-transformed hidden states of
                             positions 1..L-1, and their term weights;
-  * `aggretriever-logits`: rows [R, H] -> rows @ E^T + b, [R, vocab], the logits of a chunk of one sequence's
-                            positions; on CPU, the softmax, weighting and max over positions run in torch
-                            (`block_slice_maxima`, compiled where that pays, as for the torch backend), since ONNX
-                            Runtime's ReduceMax over the first axis took a third of the graph's time
-                            (docs/bench.md); on a GPU one graph does all of it (`aggretriever-vocabulary-pooled`:
-                            rows, weights -> [vocab]), so that the [R, vocab] block never crosses to the host.
-                            For float32 the bias is one more
+  * `aggretriever-vocabulary`: rows [R, H] -> softmax(rows @ E^T + b), [R, vocab], the distributions of a chunk
+                            of one sequence's positions; on CPU, weighting them and the max over positions run in
+                            numpy, since ONNX Runtime's ReduceMax over the first axis took a third of the graph's
+                            time (docs/bench.md); on a GPU the graph does both (`-pooled`: rows, weights -> [vocab]),
+                            so that the [R, vocab] block never crosses to the host. For float32 the bias is one more
                             row of the product's matrix, as in the torch model (a separate Add pass cost ~15%); the
                             graph that int8 quantises keeps it apart (`-separate-bias`): one int8 scale per matrix,
                             and splade-tiny's bias reaches -9.5, a step of 0.075, more than the weights' standard
@@ -29,7 +27,7 @@ from pyserini_ext import registry
 from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
-from pyserini_ext.models.aggretriever import Aggretriever, block_slice_maxima, fold_slices, slice_max, slice_width
+from pyserini_ext.models.aggretriever import Aggretriever, aggregate
 from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
@@ -42,12 +40,12 @@ BODY = OnnxGraph("aggretriever-body", (_IDS, _MASK), ("input_ids", "attention_ma
 
 
 def _vocabulary_graph(hidden_size: int, fold_bias: bool, pooled: bool) -> OnnxGraph:
-    name = ("aggretriever-vocabulary" if pooled else "aggretriever-logits") + ("" if fold_bias else "-separate-bias")
+    name = "aggretriever-vocabulary" + ("" if fold_bias else "-separate-bias") + ("-pooled" if pooled else "")
     if pooled:
-        return OnnxGraph(name + "-pooled", (torch.randn(3, hidden_size), torch.ones(3)), ("rows", "weights"),
-                         ("lexical",), {"rows": {0: "rows"}, "weights": {0: "rows"}})
-    return OnnxGraph(name, (torch.randn(3, hidden_size),), ("rows",), ("logits",),
-                     {"rows": {0: "rows"}, "logits": {0: "rows"}})
+        return OnnxGraph(name, (torch.randn(3, hidden_size), torch.ones(3)), ("rows", "weights"), ("lexical",),
+                         {"rows": {0: "rows"}, "weights": {0: "rows"}})
+    return OnnxGraph(name, (torch.randn(3, hidden_size),), ("rows",), ("probabilities",),
+                     {"rows": {0: "rows"}, "probabilities": {0: "rows"}})
 
 
 class _Body(nn.Module):
@@ -63,7 +61,7 @@ class _Body(nn.Module):
 
 
 class _Vocabulary(nn.Module):
-    """rows @ E^T + b of a chunk of positions; `pooled`: softmax, weighted and maxed over the positions."""
+    """softmax(rows @ E^T + b) of a chunk of positions; `pooled`: weighted and maxed over the positions."""
 
     def __init__(self, model: Aggretriever, fold_bias: bool, pooled: bool):
         super().__init__()
@@ -74,10 +72,10 @@ class _Vocabulary(nn.Module):
             decoder = self.model._mlm.decoder_columns()
             if decoder.shape[0] > rows.shape[1]:  # the bias row
                 rows = torch.cat((rows, torch.ones_like(rows[:, :1])), 1)
-            logits = rows @ decoder
+            probabilities = torch.softmax(rows @ decoder, dim=-1)
         else:
-            logits = self.model._mlm.decode(rows)
-        return (torch.softmax(logits, dim=-1) * weights[:, None]).amax(0) if self.pooled else logits
+            probabilities = torch.softmax(self.model._mlm.decode(rows), dim=-1)
+        return (probabilities * weights[:, None]).amax(0) if self.pooled else probabilities
 
 
 class _AggretrieverEncoder:
@@ -122,27 +120,24 @@ class _AggretrieverEncoder:
     def _encode_onnx(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         cls, rows, weights = self.body.run(None, {"input_ids": ids, "attention_mask": mask})
         chunk = self.runtime.position_chunk
-        full = self.config.pooling != "agg+"
-        width = slice_width(self.config.agg_dim, full)
-        pooled = np.empty((len(ids), width), dtype=np.float32)
+        lexical = np.empty((len(ids), self.vocab_size), dtype=np.float32)
         for seq in range(len(ids)):
             valid = mask[seq, 1:].astype(bool)
-            # same rules as the torch model: padded positions add zeros to the reference max, and only each
-            # position's slice maxima are kept (Aggretriever.slice_maxima)
-            best = torch.full((width,), -np.inf if valid.all() else 0.0)
+            # same rule as the torch model: padded positions add zeros to the reference max
+            best = np.full(self.vocab_size, -np.inf if valid.all() else 0.0, dtype=np.float32)
             seq_rows, seq_weights = rows[seq][valid], weights[seq][valid]
             for start in range(0, len(seq_rows), chunk):
                 part_rows, part_weights = seq_rows[start:start + chunk], seq_weights[start:start + chunk]
                 if self.pooled:
-                    lexical = self.vocabulary.run(None, {"rows": part_rows, "weights": part_weights})[0]
-                    part = slice_max(torch.from_numpy(lexical)[None], width)[0]
+                    part = self.vocabulary.run(None, {"rows": part_rows, "weights": part_weights})[0]
                 else:
-                    logits = torch.from_numpy(self.vocabulary.run(None, {"rows": part_rows})[0])
-                    part = block_slice_maxima(logits, torch.from_numpy(part_weights), width,
-                                              full_block=len(part_rows) == chunk).amax(0)
-                torch.maximum(best, part, out=best)
-            pooled[seq] = best.numpy()
-        return np.concatenate([cls, fold_slices(torch.from_numpy(pooled), full).numpy()], axis=1)
+                    part = self.vocabulary.run(None, {"rows": part_rows})[0]
+                    np.multiply(part, part_weights[:, None], out=part)
+                    part = part.max(axis=0)
+                np.maximum(best, part, out=best)
+            lexical[seq] = best
+        agg = aggregate(torch.from_numpy(lexical), self.config.agg_dim, full=self.config.pooling != "agg+").numpy()
+        return np.concatenate([cls, agg], axis=1)
 
 
 class AggretrieverDocumentEncoder(DocumentEncoder):

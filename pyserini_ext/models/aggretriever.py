@@ -119,8 +119,7 @@ def position_slice_maxima(logits: Tensor, weights: Tensor, width: int) -> Tensor
     probability is exp(its largest logit - logsumexp(l_i)), and its smallest (what a negative w_i picks, as w_i * p
     then falls as p rises) exp(smallest logit - logsumexp(l_i))."""
     logits = logits.float()
-    top = logits.amax(1, keepdim=True)
-    log_total = top + torch.log(torch.exp(logits - top).sum(1, keepdim=True))
+    log_total = torch.logsumexp(logits, 1, keepdim=True)
     largest = torch.exp(_slice_extrema(logits, width, largest=True) - log_total)
     smallest = torch.exp(_slice_extrema(logits, width, largest=False) - log_total)
     weights = weights.float()[:, None]
