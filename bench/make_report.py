@@ -52,6 +52,7 @@ def main() -> None:
                 for length in ("256", "512")]
         runs.append(run("bench_query_latency.py", ["--queries", "300"], tmp / "query.json"))
         runs.append(run("bench_decoder_product.py", ["--threads", "2"], tmp / "decoder.json"))
+        runs.append(run("bench_vocabulary_kernel.py", ["--threads", "2"], tmp / "kernel.json"))
         runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))
         runs.append(run("bench_aligner_search.py", ["--docs", docs, "--compressed", "pq16x8,nprobe4", "pq32x6,nprobe4"],
                         tmp / "aligner.json"))
