@@ -137,6 +137,8 @@ def main() -> None:
                         help="run every side this many times, one round of all sides after another, and report each "
                              "side's median time: on a shared machine the speed of both sides drifts over minutes")
     parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
+    parser.add_argument("--sides", nargs="+", choices=[side for side in SIDES if side != "pyserini"],
+                        help="only these of ours (default: all); Pyserini's, the baseline, always runs")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -151,8 +153,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model or demo_model(Path(tmp) / "model")
         results = {}
+        sides = runnable({side: options for side, options in SIDES.items()
+                          if options is None or not args.sides or side in args.sides})
         for round_ in range(args.rounds):
-            for i, side in enumerate(runnable(SIDES)):
+            for i, side in enumerate(sides):
                 out = str(Path(tmp) / f"side{i}")
                 run_side(__file__, side, args.threads, ["--model", model_dir, "--out", out, "--passages",
                                                         str(args.passages), "--max-length", str(args.max_length),

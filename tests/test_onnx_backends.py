@@ -120,6 +120,8 @@ def test_invalid_runtimes_are_named(options, message):
 
 def test_position_chunk_is_picked_per_device_unless_given():
     assert EncoderRuntime().position_chunk == 64
+    # the same ~8 MB of logits per block in bfloat16 (runtime.py)
+    assert default_position_chunk(torch.device("cpu"), "bfloat16") == 128
     assert EncoderRuntime(position_chunk=7).position_chunk == 7
     assert default_position_chunk(torch.device("cuda")) == 1024  # measured on an H200 (runtime.py)
 
