@@ -89,7 +89,7 @@ def pyserini_encoder(model_dir: str, side: str = "document"):
 
 
 def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size: int, threads: int,
-           out: str) -> None:
+           out: str, position_chunk: int | None = None) -> None:
     import torch
 
     from pyserini_ext.data import load_dataset
@@ -100,7 +100,8 @@ def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size
     if options is None:
         encoder = pyserini_encoder(model_dir)
     else:
-        encoder = AggretrieverDocumentEncoder(model_dir, device="cpu", threads=threads, **options)
+        encoder = AggretrieverDocumentEncoder(model_dir, device="cpu", threads=threads, position_chunk=position_chunk,
+                                              **options)
     # outside the timing: an ONNX export, and torch.compile's build of the vocabulary kernel (on a full block of
     # positions, as every long passage has)
     warm_up = time.perf_counter()
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
     parser.add_argument("--sides", nargs="+", choices=[side for side in SIDES if side != "pyserini"],
                         help="only these of ours (default: all); Pyserini's, the baseline, always runs")
+    parser.add_argument("--position-chunk", type=int,
+                        help="our encoders' positions per MLM-head block (default: the runtime's choice per precision)")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -147,7 +150,8 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-        worker(args.worker, args.model, args.passages, args.max_length, args.batch_size, args.threads, args.out)
+        worker(args.worker, args.model, args.passages, args.max_length, args.batch_size, args.threads, args.out,
+               args.position_chunk)
         return
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,7 +162,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             for i, side in enumerate(sides):
                 out = str(Path(tmp) / f"side{i}")
-                run_side(__file__, side, args.threads, ["--model", model_dir, "--out", out, "--passages",
+                chunk = ["--position-chunk", str(args.position_chunk)] if args.position_chunk else []
+                run_side(__file__, side, args.threads, [*chunk, "--model", model_dir, "--out", out, "--passages",
                                                         str(args.passages), "--max-length", str(args.max_length),
                                                         "--batch-size", str(args.batch_size)])
                 run = json.loads(Path(out + ".json").read_text())
@@ -170,7 +175,8 @@ def main() -> None:
     p = results["pyserini"]
     print(f"Aggretriever documents: {Path(model_dir).name if args.model else 'splade-tiny lexical-only demo'} "
           f"model, {p['passages']} SciFact passages, max length {args.max_length}, batch {args.batch_size}, "
-          f"{args.threads} threads, median of {args.rounds} round(s)")
+          f"{args.threads} threads, median of {args.rounds} round(s)"
+          + (f", {args.position_chunk} positions per MLM-head block" if args.position_chunk else ""))
     print(f"{'':16} {'passages/s':>11} {'peak RSS MB':>12} {'RSS growth MB':>14} {'speed-up':>9} "
           f"{'peak RSS ratio':>15} {'max abs diff':>13}")
     rows = {}
