@@ -104,6 +104,32 @@ def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias):
     assert got.shape == (2, 4 + d)
 
 
+def test_bfloat16_on_cpu_adds_the_decoder_bias_in_the_kernel(tiny_mlm):
+    """bfloat16 on CPU leaves the bias out of the product (128 inner rows suit AMX tiles) and adds it to each block
+    of logits: a large bias must still shape every distribution as the head's own logits say."""
+    mlm = copy.deepcopy(tiny_mlm)
+    with torch.no_grad():
+        mlm.cls.predictions.decoder.bias.normal_(std=3.0)
+    model = Aggretriever(mlm, AggretrieverConfig(agg_dim=8, cls_dim=0, pooling="agg*")).eval().to(torch.bfloat16)
+    torch.nn.init.normal_(model.tok_proj.weight, std=1.0)
+    model.position_chunk = 3
+    input_ids = torch.tensor([[2, 17, 33, 17, 5, 3], [2, 40, 41, 3, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        got = model(input_ids, mask).float().numpy()
+        hidden = model._mlm.hidden_states(input_ids, mask)
+        logits = model._mlm.logits(hidden).double().numpy()
+        weights = model.tok_proj(hidden).squeeze(-1).float().numpy()
+        bias = mlm.cls.predictions.decoder.bias.double().numpy()
+    assert model._mlm._decoder_columns.shape[0] == 16  # the product ran without the bias row
+    for row in range(2):
+        m = mask[row].numpy()
+        expected = numpy_agg_star(numpy_lexical(logits[row], weights[row], m), 8)
+        np.testing.assert_allclose(got[row], expected, rtol=3e-2, atol=2e-3)
+        without_bias = numpy_agg_star(numpy_lexical(logits[row] - bias, weights[row], m), 8)
+        assert np.abs(without_bias - expected).max() > 0.05  # the check above would see a lost bias
+
+
 @pytest.mark.parametrize("pooling", ["agg*", "agg+"])
 @pytest.mark.parametrize("vocab", [3660, 1100])
 def test_encoding_without_v_matches_v_on_a_padded_vocabulary(pooling, vocab):
