@@ -25,6 +25,7 @@ from ir_measures import nDCG
 from pyserini_ext import registry
 from pyserini_ext.data import load_dataset
 
+MODELS = ("Aggretriever", "DeepCT", "AligneR")
 SETTINGS = {
     "torch fp32": {"backend": "torch"},
     "onnx fp32": {"backend": "onnx"},
@@ -131,26 +132,33 @@ def main() -> None:
     parser.add_argument("--aggretriever", help="Aggretriever folder (default: the shipped one)")
     parser.add_argument("--deepct", help="DeepCT folder (default: the shipped one)")
     parser.add_argument("--aligner", help="AligneR folder (default: the shipped one)")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="default: all three")
+    parser.add_argument("--settings", nargs="+", choices=[s for s in SETTINGS if s != "torch fp32"],
+                        help="only these besides torch fp32, the reference (default: all)")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
     corpus, queries, qrels = subset(load_dataset("scifact"), args.docs)
     settings = {name: {**options, "threads": args.threads} if options["backend"] == "onnx" else options
-                for name, options in runnable(SETTINGS).items()}
-    deepct_dir = _model("deepct", args.deepct, "deepct_config.json")
-    aligner_dir = _model("aligner", args.aligner, "aligner_config.json")
+                for name, options in runnable(SETTINGS).items()
+                if name == "torch fp32" or not args.settings or name in args.settings}
+    folders = {"Aggretriever": _model("aggretriever", args.aggretriever, "aggretriever_config.json"),
+               "DeepCT": _model("deepct", args.deepct, "deepct_config.json"),
+               "AligneR": _model("aligner", args.aligner, "aligner_config.json")}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        agg_dir = _model("aggretriever", args.aggretriever, "aggretriever_config.json")
         onnx_dir = str(Path(tmp) / "onnx")
-        results["Aggretriever"] = aggretriever(agg_dir, corpus, queries, settings, onnx_dir + "-agg")
-        results["DeepCT"] = deepct(deepct_dir, corpus, queries, settings, onnx_dir + "-deepct", tmp)
-        results["AligneR"] = aligner(aligner_dir, corpus, queries, settings, onnx_dir + "-aligner", tmp)
+        if "Aggretriever" in args.models:
+            results["Aggretriever"] = aggretriever(folders["Aggretriever"], corpus, queries, settings,
+                                                   onnx_dir + "-agg")
+        if "DeepCT" in args.models:
+            results["DeepCT"] = deepct(folders["DeepCT"], corpus, queries, settings, onnx_dir + "-deepct", tmp)
+        if "AligneR" in args.models:
+            results["AligneR"] = aligner(folders["AligneR"], corpus, queries, settings, onnx_dir + "-aligner", tmp)
     print(f"SciFact test: {len(queries)} queries, {len(corpus)} documents (all judged ones + first others by "
-          f"docid), {args.threads} threads; models: Aggretriever "
-          f"{Path(agg_dir).name}, "
-          f"DeepCT {Path(deepct_dir).name}, AligneR {Path(aligner_dir).name}")
+          f"docid), {args.threads} threads; models: "
+          + ", ".join(f"{model} {Path(folders[model]).name}" for model in results))
     print(f"{'model':13} {'setting':11} {'max abs diff':>13} {'nDCG@10':>8} {'delta (points)':>15} {'seconds':>8}")
     rows = {}
     for model, by_setting in results.items():
