@@ -57,10 +57,13 @@ bench: $(INSTALLED)
 # docs/report.md + plots; hours of CPU, every step cached in runs/report (e.g. REPORT_ARGS="--datasets cranfield")
 REPORT_ARGS ?=
 report: $(INSTALLED)
+	scripts/seed_datasets.sh
 	$(BIN)/python scripts/report.py $(REPORT_ARGS)
 
-# retrain the three shipped models by distillation (about 1-2 hours on 2 cores; resumable)
+# retrain the three shipped models by distillation (2-3 hours on 2 cores with bf16 kernels; resumable;
+# models whose folder in resources/models is complete are skipped: delete a folder to retrain it)
 models: $(INSTALLED)
+	scripts/seed_datasets.sh
 	$(BIN)/python -m pyserini_ext.train.recipes --output resources/models --work runs/models
 
 clean:
