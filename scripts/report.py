@@ -69,7 +69,8 @@ DATASETS = {
 MSMARCO_DEV = "msmarco-dev"
 DEV_SETS = ("scifact-train", MSMARCO_DEV)
 OURS = ("aggretriever", "deepct", "aligner")
-BASE_METHODS = ("bm25", "splade-tiny", "minilm", "aggretriever", "deepct", "deepct-qljm", "aligner")
+DEEPCT_QUERY = ("deepct-query", "deepct-index-query")  # query words weighted by the DeepCT model (DeepCT-Query)
+BASE_METHODS = ("bm25", "splade-tiny", "minilm", "aggretriever", "deepct", "deepct-qljm", *DEEPCT_QUERY, "aligner")
 FUSED = ("aggretriever", "deepct", "aligner", "minilm")
 FUSED_OURS = "rrf-ours"  # RRF of BM25 and all three of our models: the best fusion on the development queries
 METHODS = (*BASE_METHODS, *(f"rrf-{m}" for m in FUSED), FUSED_OURS, "aligner-pruning")
@@ -80,6 +81,8 @@ LABELS = {
     "aggretriever": "Aggretriever (ours)",
     "deepct": "DeepCT-Index + BM25 (ours)",
     "deepct-qljm": "DeepCT-Index + QL-JM (ours)",
+    "deepct-query": "DeepCT-Query + BM25, plain index (ours)",
+    "deepct-index-query": "DeepCT-Index + DeepCT-Query + BM25 (ours)",
     "aligner": "AligneR (ours)",
     **{f"rrf-{m}": f"RRF(BM25, {m})" for m in FUSED},
     FUSED_OURS: "RRF(BM25, aggretriever, deepct, aligner)",
@@ -95,6 +98,7 @@ PRUNING_BETAS = (1.0, 0.4, 0.2, 0.1)
 # 0.7153, BM25 + AligneR 0.7179, BM25 + Aggretriever + AligneR 0.7240, BM25 + all three 0.7272 (FUSED_OURS).
 RRF_K = 10
 HITS = 1000
+BM25_K1_B = (0.9, 0.4)  # Pyserini's defaults, for BM25 on the plain index
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -526,7 +530,8 @@ class Report:
         """(run, indexes it needs) for one base method."""
         if method == "bm25":
             index = self.lucene_index(c)
-            return self.lucene_search(c, split, index, "bm25", ["--bm25", "--k1", "0.9", "--b", "0.4"]), [index]
+            k1, b = BM25_K1_B
+            return self.lucene_search(c, split, index, "bm25", ["--bm25", "--k1", f"{k1:g}", "--b", f"{b:g}"]), [index]
         if method == "splade-tiny":
             index = self.splade_index(c)
             options = ["--impact", "--encoder", str(self.splade)]
@@ -557,6 +562,17 @@ class Report:
                 self.py, "-m", "pyserini_ext.cli", "lucene", "search", "--index", index, "--topics", c.topics[split],
                 "--qljm", "--lambda", f"{lambda_:g}", "--hits", str(HITS), "--threads", str(self.args.threads),
                 "--output", run], run), [index]
+        if method in DEEPCT_QUERY:  # Pyserini's --impact would score q weight x tf, not BM25: our `deepct search`
+            model = self.model("deepct")
+            on_deepct = method == "deepct-index-query"
+            index = self.deepct_index(c) if on_deepct else self.lucene_index(c)
+            k1, b = (deepct["k1"], deepct["b"]) if on_deepct else BM25_K1_B
+            run = c.folder / (f"run.deepct-query.{model_tag(model)}.{index.name.removeprefix('index.')}"
+                              f".k1_{k1:g}.b_{b:g}.{split}.txt")
+            return self.step(c.name, f"DeepCT-Query on {index.name}, BM25 k1 {k1:g} b {b:g} ({split})", [
+                self.py, "-m", "pyserini_ext.cli", "deepct", "search", "--index", index, "--topics", c.topics[split],
+                "--bm25", "--k1", f"{k1:g}", "--b", f"{b:g}", "--query-model", model, "--hits", str(HITS),
+                "--threads", str(self.args.threads), "--output", run], run), [index]
         if method == "aligner":
             return self.aligner_run(c, split, self.args.aligner_beta_d)
         raise ValueError(method)
@@ -599,11 +615,21 @@ class Report:
             result.update({"lambda": self.args.deepct_lambda, "source": "lambda given on the command line"})
         return result
 
+    def dev_sets(self) -> dict[str, tuple[Corpus, str]]:
+        return {"scifact-train": (self.corpus("scifact", "scifact", ["test", "train"]), "train"),
+                MSMARCO_DEV: (self.msmarco_dev(), "dev")}
+
+    def deepct_query_dev(self, deepct: dict) -> dict[str, dict[str, dict[str, float]]]:
+        """{dev set: {method: figures}} for BM25, DeepCT-Index and the two DeepCT-Query methods, with the BM25
+        settings chosen above and nothing further tuned: the development evidence for the DeepCT-Query rows."""
+        return {name: {m: self.scores(c, split, self.run_method(c, split, m, deepct)[0], None)
+                       for m in ("bm25", "deepct", *DEEPCT_QUERY)}
+                for name, (c, split) in self.dev_sets().items()}
+
     def _deepct_grids(self) -> dict:
         print("DeepCT BM25 k1/b and QL-JM lambda on development queries (SciFact train + MS MARCO triples dev)",
               flush=True)
-        dev = {"scifact-train": (self.corpus("scifact", "scifact", ["test", "train"]), "train"),
-               MSMARCO_DEV: (self.msmarco_dev(), "dev")}
+        dev = self.dev_sets()
         similarities = [*DEEPCT_GRID, *((lambda_,) for lambda_ in DEEPCT_QLJM_GRID)]
         figures, reference = {}, {}
         for name, (c, split) in dev.items():
@@ -616,7 +642,7 @@ class Report:
                 f"{c.topics[split]} --bm25 --k1 K1 --b B --hits 100 runs,\n#   set_qljm(lambda), what pyserini-ext "
                 f"lucene search --qljm --lambda L runs; scored with ir_measures nDCG@10 and R@100 (qrels "
                 f"{c.qrels[split]})")
-            reference[name] = lucene_grid(plain, c.topics[split], c.qrels[split], [(0.9, 0.4)], self.args.threads)[0]
+            reference[name] = lucene_grid(plain, c.topics[split], c.qrels[split], [BM25_K1_B], self.args.threads)[0]
             figures[name] = lucene_grid(deepct, c.topics[split], c.qrels[split], similarities, self.args.threads)
             seconds = time.perf_counter() - started
             self.timings[f"development queries/{name} DeepCT grid"] = round(seconds, 1)
@@ -723,7 +749,8 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
         out.append(f"**Development run on corpus subsets** (first {args.subset} documents plus every judged "
                    f"one): figures are not comparable with published ones.\n")
     out.append("All runs are produced by the unchanged Pyserini commands (`pyserini-ext` only for the DeepCT "
-               "index build and AligneR index/search), scored by `python -m pyserini.eval.trec_eval`: nDCG@10 on "
+               "index build, QL-JM and DeepCT-Query search, which Pyserini's commands cannot express, and AligneR "
+               "index/search), scored by `python -m pyserini.eval.trec_eval`: nDCG@10 on "
                "the graded judgements, R@100 (DL19: relevant = grade >= 2, `-l 2`). Index MB = bytes on disk "
                "(Lucene indexes store the raw documents, as the DeepCT index build does; Faiss and AligneR "
                "indexes hold vectors only); for fusions the sum of the fused indexes. 1000 hits per query; RRF with "
@@ -769,6 +796,15 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
             out.append(markdown_table(("QL-JM lambda", *(f"{n} nDCG@10" for n in names), "mean"), [
                 (f"{r['lambda']:g}", *(r[n]["ndcg_cut_10"] for n in names), r["mean_ndcg_cut_10"])
                 for r in deepct["qljm_grid"]]))
+        if deepct.get("query_dev"):
+            dev = deepct["query_dev"]
+            names = [n for n in DEV_SETS if n in dev]
+            out.append("DeepCT-Query (the query's words weighted by the DeepCT model, `pyserini-ext deepct search "
+                       "--query-model`) on the development queries, with the BM25 settings above and nothing "
+                       "further tuned:\n")
+            out.append(markdown_table(("method", *(f"{n} nDCG@10" for n in names), "mean"), [
+                (LABELS[m], *(dev[n][m]["ndcg_cut_10"] for n in names),
+                 sum(dev[n][m]["ndcg_cut_10"] for n in names) / len(names)) for m in dev[names[0]]]))
     if report.timings:
         out.append("## Wall time per step (this machine, seconds)\n\n" + markdown_table(
             ("step", "s"), [(k, f"{v:.0f}") for k, v in report.timings.items()]))
@@ -816,8 +852,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     report = Report(args)
     print(f"work folder {report.root}; each step's own progress bars: tail -f {report.log}", flush=True)
-    deepct = (report.tune_deepct() if {"deepct", "deepct-qljm", "rrf-deepct", FUSED_OURS} & set(args.methods)
-              else None)
+    deepct = (report.tune_deepct() if {"deepct", "deepct-qljm", *DEEPCT_QUERY, "rrf-deepct", FUSED_OURS}
+              & set(args.methods) else None)
+    if set(DEEPCT_QUERY) & set(args.methods):
+        deepct["query_dev"] = report.deepct_query_dev(deepct)
     results, pruning = {}, {}
     for key in args.datasets:
         methods = [m for m in args.methods if f"{key}:{m.removeprefix('rrf-')}" not in args.skip
