@@ -38,7 +38,7 @@ def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int, cl
         with torch.inference_mode():
             if cls_only:
                 hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
-                parts.append(model.cls_proj(hidden[:, 0]).numpy())
+                parts.append(model.dense(inputs["attention_mask"], hidden).numpy())
             else:
                 parts.append(model(inputs["input_ids"], inputs["attention_mask"]).numpy())
     vectors = np.zeros((len(texts), parts[0].shape[1]), np.float32)

@@ -69,15 +69,19 @@ def numpy_lexical(logits: np.ndarray, weights: np.ndarray, mask: np.ndarray) -> 
     return v
 
 
-@pytest.mark.parametrize("pooling,decoder_bias", [("agg*", True), ("agg+", True), ("no-mlm", True), ("agg*", False)])
-def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias):
-    """decoder_bias False: a head without a decoder bias (the logits are then one product without the extra column)."""
+@pytest.mark.parametrize("pooling,decoder_bias,dense_pooling", [("agg*", True, "cls"), ("agg+", True, "cls"),
+                                                                 ("no-mlm", True, "cls"), ("agg*", False, "cls"),
+                                                                 ("agg+", True, "mean")])
+def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias, dense_pooling):
+    """decoder_bias False: a head without a decoder bias (the logits are then one product without the extra column).
+    dense_pooling "mean": the semantic part projects the mean of the non-padding positions' states."""
     d = 8
     mlm = copy.deepcopy(tiny_mlm)
     if not decoder_bias:
         mlm.cls.predictions.decoder.bias = None
         mlm.cls.predictions.bias = None
-    model = Aggretriever(mlm, AggretrieverConfig(agg_dim=d, cls_dim=4, pooling=pooling)).eval()
+    model = Aggretriever(mlm, AggretrieverConfig(agg_dim=d, cls_dim=4, pooling=pooling,
+                                                 dense_pooling=dense_pooling)).eval()
     torch.nn.init.normal_(model.tok_proj.weight, std=1.0)  # both signs of term weights
     model.position_chunk = 3
     input_ids = torch.tensor([[2, 17, 33, 17, 5, 3], [2, 40, 41, 3, 0, 0]])
@@ -88,9 +92,11 @@ def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias):
         hidden = out.hidden_states[-1]
         weights = model.tok_proj(hidden).squeeze(-1).numpy()
         logits = out.logits.numpy().astype(np.float64)
-        cls = model.cls_proj(hidden[:, 0]).numpy()
+        states = hidden.numpy().astype(np.float64)
     for row in range(2):
         m = mask[row].numpy()
+        pooled_state = states[row, 0] if dense_pooling == "cls" else states[row, m == 1].mean(0)
+        cls = pooled_state @ model.cls_proj.weight.detach().numpy().T + model.cls_proj.bias.detach().numpy()
         if pooling == "no-mlm":  # w_i at the input id, max over valid positions; zeros elsewhere
             v = np.zeros(100)
             for i in range(1, 6):
@@ -99,7 +105,7 @@ def test_forward_matches_numpy(tiny_mlm, pooling, decoder_bias):
         else:
             v = numpy_lexical(logits[row], weights[row], m)
         agg = numpy_agg_plus(v, d) if pooling == "agg+" else numpy_agg_star(v, d)
-        np.testing.assert_allclose(got[row, :4], cls[row], atol=1e-6)
+        np.testing.assert_allclose(got[row, :4], cls, atol=1e-5)
         np.testing.assert_allclose(got[row, 4:], agg, atol=1e-6)
     assert got.shape == (2, 4 + d)
 

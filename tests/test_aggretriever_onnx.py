@@ -1,6 +1,11 @@
 """The ONNX Runtime backend gives the torch backend's vectors (BERT and DistilBERT, agg* and agg+)."""
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -17,9 +22,10 @@ TEXTS = ["Microglia are the resident immune cells of the brain.", "", "short tex
          "Ünïcödé 🙂 漢字 " + "long " * 300]
 
 
-@pytest.fixture(scope="module", params=[("bert", "agg*"), ("distilbert", "agg+")], ids=lambda p: "-".join(p))
+@pytest.fixture(scope="module", params=[("bert", "agg*", "cls"), ("distilbert", "agg+", "cls"),
+                                        ("bert", "agg+", "mean")], ids=lambda p: "-".join(p))
 def model_dir(request, tmp_path_factory, splade_tiny_dir):
-    kind, pooling = request.param
+    kind, pooling, dense_pooling = request.param
     torch.manual_seed(7)
     if kind == "bert":
         mlm = BertForMaskedLM(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -28,7 +34,7 @@ def model_dir(request, tmp_path_factory, splade_tiny_dir):
         mlm = DistilBertForMaskedLM(DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64))
     folder = tmp_path_factory.mktemp(kind)
     mlm.save_pretrained(folder / "mlm")
-    model = from_masked_lm(folder / "mlm", AggretrieverConfig(pooling=pooling))
+    model = from_masked_lm(folder / "mlm", AggretrieverConfig(pooling=pooling, dense_pooling=dense_pooling))
     torch.nn.init.normal_(model.tok_proj.weight, std=0.5)
     torch.nn.init.normal_(model.cls_proj.weight, std=0.5)
     return model.save_pretrained(folder / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
@@ -93,3 +99,19 @@ def test_bfloat16_on_cpu_runs_bfloat16_weights(model_dir, bfloat16_kernels):
     assert got.dtype == np.float32 and got.shape == expected.shape
     relative = np.linalg.norm(got - expected, axis=1) / np.linalg.norm(expected, axis=1)
     assert 1e-5 < relative.max() <= 0.05
+
+
+def test_changed_settings_re_export_the_graphs(model_dir, tmp_path):
+    """A graph exported before the model's config changed (here `dense_pooling`) is stale: it is exported again."""
+    folder = Path(shutil.copytree(model_dir, tmp_path / "model"))
+    onnx_dir = str(tmp_path / "onnx")
+    AggretrieverDocumentEncoder(str(folder), backend="onnx", onnx_dir=onnx_dir).encode(TEXTS, max_length=128)
+    config_path = folder / "aggretriever_config.json"
+    settings = json.loads(config_path.read_text())
+    settings["dense_pooling"] = "cls" if settings.get("dense_pooling", "cls") == "mean" else "mean"
+    config_path.write_text(json.dumps(settings))
+    later = os.stat(tmp_path / "onnx" / "aggretriever-body.onnx").st_mtime + 5
+    os.utime(config_path, (later, later))
+    expected = AggretrieverDocumentEncoder(str(folder), device="cpu").encode(TEXTS, max_length=128)
+    got = AggretrieverDocumentEncoder(str(folder), backend="onnx", onnx_dir=onnx_dir).encode(TEXTS, max_length=128)
+    assert np.abs(got - expected).max() <= 1e-5

@@ -55,7 +55,7 @@ class _Body(nn.Module):
 
     def forward(self, input_ids, attention_mask):
         hidden = self.model._mlm.hidden_states(input_ids, attention_mask)
-        cls = self.model.cls_proj(hidden[:, 0]) if self.model.cls_proj is not None else hidden[:, 0, :0]
+        cls = self.model.dense(attention_mask, hidden)
         rest = hidden[:, 1:]
         return cls, self.model._mlm.transform(rest), self.model.tok_proj(rest).squeeze(-1)
 

@@ -168,9 +168,11 @@ class OnnxGraph:
 
 
 def _newer_than_weights(path: Path, model_dir: Path) -> bool:
+    """Whether an exported graph is newer than the model's weights and its settings (a config file changes the
+    graph too, e.g. an Aggretriever's `dense_pooling`)."""
     if not path.is_file():
         return False
-    weights = [p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".pt")]
+    weights = [p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".json")]
     return all(path.stat().st_mtime >= w.stat().st_mtime for w in weights)
 
 

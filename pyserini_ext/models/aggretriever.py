@@ -37,6 +37,9 @@ from pyserini_ext.models.folder import (
 )
 
 POOLINGS = ("agg*", "agg+", "no-mlm")
+# What the semantic part projects: the [CLS] state (the paper, every released checkpoint) or the mean of the
+# sequence's states, for a body trained with mean pooling (all-MiniLM-L6-v2), whose [CLS] state is a weak vector
+DENSE_POOLINGS = ("cls", "mean")
 AGG_CONFIG_NAME = config_file(AGGRETRIEVER)
 WEIGHTS_NAME = WEIGHTS_FILE
 # In the released rule, ids dropped to make the vocabulary divisible are the first ones ([unused*] in BERT);
@@ -52,10 +55,13 @@ class AggretrieverConfig:
     agg_dim: int = 640
     cls_dim: int = 128
     pooling: str = "agg*"
+    dense_pooling: str = "cls"
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r}; known: {', '.join(POOLINGS)}")
+        if self.dense_pooling not in DENSE_POOLINGS:
+            raise ValueError(f"unknown dense_pooling {self.dense_pooling!r}; known: {', '.join(DENSE_POOLINGS)}")
         if self.agg_dim <= 0 or self.cls_dim < 0:
             raise ValueError(f"agg_dim must be > 0 and cls_dim >= 0, got {self.agg_dim}, {self.cls_dim}")
 
@@ -199,7 +205,10 @@ class MaskedLMHead:
 
 
 class Aggretriever(nn.Module):
-    """State-dict layout of Pyserini's checkpoints: `encoder.*` (the masked LM), `tok_proj.*`, `cls_proj.*`."""
+    """State-dict layout of Pyserini's checkpoints: `encoder.*` (the masked LM), `tok_proj.*`, `cls_proj.*`.
+
+    `cls_proj` keeps its name with `dense_pooling="mean"` (it then projects the mean state), so that the folder
+    layout and the output vector's layout stay Pyserini's."""
 
     def __init__(self, encoder: nn.Module, config: AggretrieverConfig | None = None):
         super().__init__()
@@ -215,6 +224,16 @@ class Aggretriever(nn.Module):
     @property
     def dim(self) -> int:
         return self.config.cls_dim + self.config.agg_dim
+
+    def dense(self, attention_mask: Tensor, hidden: Tensor) -> Tensor:
+        """The semantic part, [batch, cls_dim]: `cls_proj` of the [CLS] state or of the mean over non-padding
+        positions (`config.dense_pooling`); [batch, 0] without a [CLS] part."""
+        if self.cls_proj is None:
+            return hidden[:, 0, :0]
+        if self.config.dense_pooling == "cls":
+            return self.cls_proj(hidden[:, 0])
+        mask = attention_mask[..., None].to(hidden.dtype)
+        return self.cls_proj((hidden * mask).sum(1) / mask.sum(1).clamp(min=1))
 
     def lexical(self, input_ids: Tensor, attention_mask: Tensor, hidden: Tensor) -> Tensor:
         """v: [batch, vocab] max over positions 1..L-1 of softmax(logits) * w * mask.
@@ -290,7 +309,7 @@ class Aggretriever(nn.Module):
         agg = fold_slices(self.slice_maxima(input_ids, attention_mask, hidden), self.config.pooling != "agg+")
         if self.cls_proj is None:
             return agg
-        return torch.cat((self.cls_proj(hidden[:, 0]), agg), dim=-1)
+        return torch.cat((self.dense(attention_mask, hidden), agg), dim=-1)
 
     # ---- save / load -----------------------------------------------------------------------------------
     def save_pretrained(self, out_dir: str | os.PathLike, tokenizer=None, encoder_dtype: torch.dtype | None = None

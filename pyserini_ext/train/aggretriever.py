@@ -272,8 +272,9 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
     """Teach the [CLS] part the MiniLM teacher's geometry, cheaply, before the listwise stage.
 
     all-MiniLM-L6-v2 was trained with mean pooling: its [CLS] state alone ranks SciFact train queries at nDCG@10
-    0.50 (dot) against 0.66 for the mean-pooled vector. Pyserini's layout takes [CLS] only, so the body learns
-    to put the sentence vector there: `cls_proj(h[CLS])` is regressed (MSE) onto the teacher's L2-normalised
+    0.50 (dot) against 0.66 for the mean-pooled vector. With the paper's [CLS] pooling the body learns to put the
+    sentence vector there (with `dense_pooling="mean"` the mean state already is near it): the semantic part,
+    `cls_proj(h[CLS])` or `cls_proj(mean h)`, is regressed (MSE) onto the teacher's L2-normalised
     vector of the same text, projected on its top `cls_dim` right singular vectors (uncentred, so inner
     products of the targets approximate the teacher's cosines); a new [CLS] head on a body of the teacher's width
     (the teacher's own body) starts as that projection.
@@ -320,7 +321,7 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
                            return_tensors="pt")
         hidden = aggretriever._mlm.hidden_states(inputs["input_ids"].to(config.device),
                                                  inputs["attention_mask"].to(config.device))
-        predicted = aggretriever.cls_proj(hidden[:, 0])
+        predicted = aggretriever.dense(inputs["attention_mask"].to(config.device), hidden)
         return (predicted - batch.targets.to(predicted.device)).pow(2).sum(-1).mean()
 
     stage = replace(config, epochs=spec.cls_alignment_epochs, max_steps=None)
