@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
+from pyserini_ext.cli.__main__ import main as cli
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
 from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.models.aggretriever import (
@@ -140,3 +141,21 @@ def test_cuda_request_without_cuda_is_a_clear_error(demo_model):
         pytest.skip("CUDA present")
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         AggretrieverDocumentEncoder(str(demo_model), device="cuda")
+
+
+def test_init_command_writes_a_mean_pooling_model(splade_tiny_dir, tmp_path):
+    """`aggretriever init --dense-pooling mean`: the folder keeps the setting and the semantic part projects the
+    mean of the non-padding states."""
+    cli(["aggretriever", "init", "--model", str(splade_tiny_dir), "--output", str(tmp_path / "agg"),
+         "--dense-pooling", "mean"])
+    model = Aggretriever.from_pretrained(tmp_path / "agg")
+    assert model.config.dense_pooling == "mean"
+    inputs = AutoTokenizer.from_pretrained(tmp_path / "agg")(["microglia in the brain", "short"], padding=True,
+                                                             return_tensors="pt")
+    with torch.no_grad():
+        vectors = model(inputs["input_ids"], inputs["attention_mask"])
+        hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+    for row in range(2):
+        states = hidden[row, inputs["attention_mask"][row].bool()]
+        expected = model.cls_proj(states.mean(0))
+        torch.testing.assert_close(vectors[row, :model.config.cls_dim], expected, atol=1e-5, rtol=1e-5)

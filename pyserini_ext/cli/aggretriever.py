@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pyserini_ext.cli.options import Command, IndexingOptions, TrainingOptions, command_group, option
 from pyserini_ext.data import check_output, load_dataset, read_corpus
 from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
-from pyserini_ext.models.aggretriever import POOLINGS, AggretrieverConfig
+from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
 from pyserini_ext.registry import resolve_model
 from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
@@ -23,6 +23,9 @@ class AggretrieverInitOptions:
     agg_dim: int = option(_DEFAULTS.agg_dim, help="dimensions of the aggregated lexical part", min=1)
     cls_dim: int = option(_DEFAULTS.cls_dim, help="dimensions of the [CLS] part", min=0)
     pooling: str = option(_DEFAULTS.pooling, choices=POOLINGS, help="lexical pooling")
+    dense_pooling: str = option(_DEFAULTS.dense_pooling, choices=DENSE_POOLINGS,
+                                help="what the semantic part projects: the [CLS] state (the paper) or the mean state "
+                                     "(for a body trained with mean pooling)")
     lexical_only: bool = option(False, help="term weight fixed to 1 and [CLS] projection zeroed: pure MLM lexical "
                                             "matching")
 
@@ -60,7 +63,8 @@ def init(options: AggretrieverInitOptions) -> None:
     from pyserini_ext.models.backbones import backbone_path
 
     folder = backbone_path(options.model) if options.model in BACKBONES else resolve_model_folder(options.model)
-    config = AggretrieverConfig(agg_dim=options.agg_dim, cls_dim=options.cls_dim, pooling=options.pooling)
+    config = AggretrieverConfig(agg_dim=options.agg_dim, cls_dim=options.cls_dim, pooling=options.pooling,
+                                dense_pooling=options.dense_pooling)
     model = from_masked_lm(folder, config, constant_term_weight=1.0 if options.lexical_only else None,
                            zero_cls=options.lexical_only)
     print(f"wrote {model.save_pretrained(options.output, AutoTokenizer.from_pretrained(folder))}")
