@@ -183,35 +183,71 @@ def test_a_bare_bert_body_gets_a_tied_identity_head(minilm_dir):
         torch.testing.assert_close(model._mlm.logits(hidden), expected @ embeddings.T, rtol=1e-4, atol=1e-4)
 
 
-def test_cls_alignment_brings_the_cls_part_to_the_teacher(distilled_set, tmp_path):
+def semantic_agreement(model, tokenizer, queries: list[str], passages: list[str], target: np.ndarray) -> float:
+    """Correlation of the semantic part's query-passage scores with the teacher's cosines (`target`)."""
+    with torch.no_grad():
+        vectors = []
+        for texts, length in ((queries, 32), (passages, 128)):
+            inputs = tokenizer(texts, max_length=length, truncation=True, padding=True, return_tensors="pt")
+            hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+            vectors.append(model.dense(inputs["attention_mask"], hidden))
+    return float(np.corrcoef((vectors[0] @ vectors[1].T).numpy().ravel(), target.ravel())[0, 1])
+
+
+@pytest.fixture(scope="module")
+def teacher_scores(distilled_set):
+    """Some training queries and passages of the distilled set and the MiniLM teacher's cosines between them."""
+    from pyserini_ext.train.distill import MiniLMTeacher
+
+    _, _, data = distilled_set
+    queries = [query.text for query in data.queries[:30]]
+    passages = [document_text(data.corpus[d]) for d in sorted(data.corpus)[:60]]
+    teacher = MiniLMTeacher()
+    return queries, passages, teacher.encode(queries, 32) @ teacher.encode(passages, 128).T
+
+
+def test_cls_alignment_brings_the_cls_part_to_the_teacher(distilled_set, teacher_scores, tmp_path):
     """The [CLS] part's query-passage scores agree better with the MiniLM teacher's cosines after alignment."""
     from transformers import AutoTokenizer
 
     from pyserini_ext.models.backbones import backbone_path
     from pyserini_ext.train.aggretriever import AggretrieverModelConfig, align_cls_to_teacher, load_trainable_model
-    from pyserini_ext.train.distill import MiniLMTeacher
 
     _, _, data = distilled_set
     spec = AggretrieverModelConfig("splade-tiny", heads="lexical", cls_alignment_epochs=3)
     model, folder = load_trainable_model(spec)
     tokenizer = AutoTokenizer.from_pretrained(backbone_path("splade-tiny"))
-    queries = [query.text for query in data.queries[:30]]
-    passages = [document_text(data.corpus[d]) for d in sorted(data.corpus)[:60]]
-    teacher = MiniLMTeacher()
-    target = teacher.encode(queries, 32) @ teacher.encode(passages, 128).T
-
-    def agreement() -> float:
-        with torch.no_grad():
-            vectors = [model.cls_proj(model._mlm.hidden_states(**{k: v for k, v in tokenizer(
-                texts, max_length=length, truncation=True, padding=True, return_tensors="pt").items()
-                if k in ("input_ids", "attention_mask")})[:, 0]) for texts, length in ((queries, 32), (passages, 128))]
-        return float(np.corrcoef((vectors[0] @ vectors[1].T).numpy().ravel(), target.ravel())[0, 1])
-
-    before = agreement()
+    before = semantic_agreement(model, tokenizer, *teacher_scores)
     config = TrainConfig(learning_rate=1e-4, head_learning_rate=1e-3, warmup_ratio=0.0, seed=3)
-    losses = align_cls_to_teacher(model, tokenizer, data, spec, config, checkpoint_dir=tmp_path / "ckpt")
-    after = agreement()
+    losses, targets = align_cls_to_teacher(model, tokenizer, data, spec, config, checkpoint_dir=tmp_path / "ckpt")
+    after = semantic_agreement(model, tokenizer, *teacher_scores)
     assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
     assert any((tmp_path / "ckpt" / "teacher").glob("minilm-passages-128-*.npz"))
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
     assert after > before + 0.1, (before, after)
+    assert targets.of(teacher_scores[0][:2], "queries").shape == (2, 128)
+
+
+def test_cls_alignment_weight_keeps_the_semantic_part_near_the_teacher(distilled_set, teacher_scores, tmp_path):
+    """With the alignment loss kept through the listwise stage (`cls_alignment_weight`), the semantic part agrees
+    better with the teacher after the stage than without it, from the same start and the same batches."""
+    from transformers import AutoTokenizer
+
+    from pyserini_ext.models.backbones import backbone_path
+    from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
+
+    _, _, data = distilled_set
+    with pytest.raises(ValueError, match="cls_alignment_epochs >= 1"):
+        AggretrieverModelConfig("splade-tiny", cls_alignment_weight=1.0)
+    tokenizer = AutoTokenizer.from_pretrained(backbone_path("splade-tiny"))
+    # a head learning rate high enough that the listwise stage moves the semantic part within a few steps
+    config = TrainConfig(learning_rate=1e-4, head_learning_rate=2e-2, max_steps=8, batch_size=4, group_size=2,
+                         warmup_ratio=0.0, seed=3)
+    agreement = {}
+    for weight in (0.0, 20.0):
+        spec = AggretrieverModelConfig("splade-tiny", heads="lexical", cls_alignment_epochs=1,
+                                       cls_alignment_weight=weight)
+        model, losses = train_aggretriever(spec, data, config, checkpoint_dir=tmp_path / f"weight-{weight}")
+        assert len(losses) == 8 and all(np.isfinite(losses))
+        agreement[weight] = semantic_agreement(model, tokenizer, *teacher_scores)
+    assert agreement[20.0] > agreement[0.0] + 0.02, agreement

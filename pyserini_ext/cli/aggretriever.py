@@ -48,6 +48,8 @@ class AggretrieverTrainOptions(TrainingOptions):
     cls_alignment_epochs: int = option(0, help="with --distill: passes regressing the [CLS] part onto the MiniLM "
                                                 "teacher's vectors first (for a mean-pooling body such as "
                                                 "all-minilm-l6-v2)", min=0)
+    cls_alignment_weight: float = option(0.0, help="with --cls-alignment-epochs: weight of the same regression "
+                                                    "kept as a loss term of the listwise stage", min=0)
 
 
 @dataclass(kw_only=True)
@@ -81,7 +83,8 @@ def train(options: AggretrieverTrainOptions) -> None:
 
     model = AggretrieverModelConfig(options.model, heads=options.heads, query_max_length=options.query_max_length,
                                     passage_max_length=options.passage_max_length,
-                                    cls_alignment_epochs=options.cls_alignment_epochs)
+                                    cls_alignment_epochs=options.cls_alignment_epochs,
+                                    cls_alignment_weight=options.cls_alignment_weight)
     _, losses = train_aggretriever(model, options.training_data(), options.train_config(), options.output,
                                    checkpoint_dir=options.checkpoints)
     print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")

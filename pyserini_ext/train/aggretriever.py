@@ -131,11 +131,18 @@ class AggretrieverModelConfig:
     # passes of [CLS] alignment before the listwise stage (`align_cls_to_teacher`), for a body that was trained
     # with mean pooling (all-MiniLM-L6-v2), whose [CLS] state is a weak sentence vector; 0 skips the stage
     cls_alignment_epochs: int = 0
+    # weight of the same alignment loss (MSE to the teacher's projected vectors, on the batch's queries and
+    # passages) kept as a term of the listwise stage, so that the semantic part keeps the teacher's geometry while
+    # the body learns the lexical part; 0: the listwise loss alone. Needs cls_alignment_epochs >= 1
+    cls_alignment_weight: float = 0.0
     store_dtype: str = "float32"  # "float16" halves the saved masked LM's weights (they load back as float32)
 
     def __post_init__(self):
         if self.cls_alignment_epochs < 0:
             raise ValueError(f"cls_alignment_epochs must be >= 0, got {self.cls_alignment_epochs}")
+        if self.cls_alignment_weight < 0 or (self.cls_alignment_weight and not self.cls_alignment_epochs):
+            raise ValueError("cls_alignment_weight must be >= 0, and > 0 only with cls_alignment_epochs >= 1 (the "
+                             f"alignment stage provides the teacher's vectors), got {self.cls_alignment_weight}")
         if self.heads not in HEAD_INITS:
             raise ValueError(f"heads must be one of {HEAD_INITS}, got {self.heads!r}")
         if min(self.query_max_length, self.passage_max_length) < 2:
@@ -183,21 +190,29 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
         return aggretriever(**{k: inputs[k].to(config.device) for k in ("input_ids", "attention_mask")})
 
     log = {}
+    targets = None
     if model.cls_alignment_epochs:
         if not isinstance(data, DistillationSet) or aggretriever.cls_proj is None:
             raise ValueError("[CLS] alignment needs a distillation set and a model with a [CLS] part")
-        alignment = align_cls_to_teacher(
+        alignment, targets = align_cls_to_teacher(
             aggretriever, tokenizer, data, model, config,
             checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir) / "cls-alignment",
             new_heads=not (folder / AGG_CONFIG_NAME).is_file())
         log["cls_alignment_losses"] = alignment
     objective = _labelled_objective if isinstance(data, LabelledData) else _distillation_objective
-    make_batches, steps, batch_loss, objective_log = objective(data, config, aggretriever.config.cls_dim)
+    cls_dim = aggretriever.config.cls_dim
+    make_batches, steps, batch_loss, objective_log = objective(data, config, cls_dim)
     log.update(objective_log)
 
     def loss_fn(_, batch) -> Tensor:
-        return batch_loss(encode(batch.query_texts, model.query_max_length),
-                          encode(batch.passage_texts, model.passage_max_length), batch)
+        queries = encode(batch.query_texts, model.query_max_length)
+        passages = encode(batch.passage_texts, model.passage_max_length)
+        loss = batch_loss(queries, passages, batch)
+        if model.cls_alignment_weight:
+            anchor = (alignment_mse(queries[:, :cls_dim], targets.of(batch.query_texts, "queries"))
+                      + alignment_mse(passages[:, :cls_dim], targets.of(batch.passage_texts, "passages")))
+            loss = loss + model.cls_alignment_weight * anchor / 2
+        return loss
 
     losses = train(aggretriever, make_batches, loss_fn, config, steps, desc="train aggretriever",
                    checkpoint_dir=checkpoint_dir)
@@ -260,6 +275,20 @@ def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim:
 
 
 @dataclass
+class TeacherTargets:
+    """The teacher's vectors of the distillation set's texts in the semantic part's coordinates."""
+    by_text: dict[str, dict[str, np.ndarray]]  # "queries" / "passages" -> text -> [cls_dim]
+
+    def of(self, texts: list[str], kind: str) -> Tensor:
+        return torch.from_numpy(np.stack([self.by_text[kind][text] for text in texts]))
+
+
+def alignment_mse(predicted: Tensor, targets: Tensor) -> Tensor:
+    """Squared L2 distance of the semantic part from the teacher's projected vectors, mean over the batch."""
+    return (predicted.float() - targets.to(predicted.device)).pow(2).sum(-1).mean()
+
+
+@dataclass
 class AlignmentBatch:
     texts: list[str]
     max_length: int
@@ -268,7 +297,7 @@ class AlignmentBatch:
 
 def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: DistillationSet, spec: AggretrieverModelConfig,
                          config: TrainConfig, checkpoint_dir: Path | None = None, new_heads: bool = True
-                         ) -> list[float]:
+                         ) -> tuple[list[float], TeacherTargets]:
     """Teach the [CLS] part the MiniLM teacher's geometry, cheaply, before the listwise stage.
 
     all-MiniLM-L6-v2 was trained with mean pooling: its [CLS] state alone ranks SciFact train queries at nDCG@10
@@ -280,7 +309,8 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
     (the teacher's own body) starts as that projection.
     Every query and passage of the distillation set is a training text, `spec.cls_alignment_epochs` times.
     This stage runs the body only, not the MLM head, so a step costs a fraction of a listwise step. Teacher
-    vectors are cached under `checkpoint_dir`.
+    vectors are cached under `checkpoint_dir`. Returns the stage's losses and the targets (for
+    `cls_alignment_weight`).
     """
     from pyserini_ext.data import document_text
     from pyserini_ext.train.distill import MiniLMTeacher, cached_encoding
@@ -298,12 +328,14 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
         vectors[name] = cached_encoding(encode, texts, cache, f"minilm-{name}-{length}")
     _, _, right = np.linalg.svd(np.concatenate(list(vectors.values())), full_matrices=False)
     projection = torch.from_numpy(right[:aggretriever.config.cls_dim].copy())
+    targets = TeacherTargets({name: dict(zip(texts, (torch.from_numpy(vectors[name]) @ projection.T).numpy()))
+                              for name, texts in (("queries", queries), ("passages", passages))})
     if new_heads and aggretriever.cls_proj.weight.shape == projection.shape:  # a body of the teacher's width
         with torch.no_grad():
             aggretriever.cls_proj.weight.copy_(projection)
             aggretriever.cls_proj.bias.zero_()
-    items = [(text, spec.query_max_length, vector) for text, vector in zip(queries, vectors["queries"])]
-    items += [(text, spec.passage_max_length, vector) for text, vector in zip(passages, vectors["passages"])]
+    items = [(text, spec.query_max_length, targets.by_text["queries"][text]) for text in queries]
+    items += [(text, spec.passage_max_length, targets.by_text["passages"][text]) for text in passages]
 
     def make_batches(epoch: int) -> Iterator[AlignmentBatch]:
         rng = random.Random(config.seed + epoch)
@@ -314,17 +346,16 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
         rng.shuffle(batches)
         for batch in batches:
             yield AlignmentBatch([items[i][0] for i in batch], items[batch[0]][1],
-                                 torch.from_numpy(np.stack([items[i][2] for i in batch])) @ projection.T)
+                                 torch.from_numpy(np.stack([items[i][2] for i in batch])))
 
     def loss_fn(_, batch: AlignmentBatch) -> Tensor:
         inputs = tokenizer(batch.texts, max_length=batch.max_length, truncation=True, padding="longest",
                            return_tensors="pt")
         hidden = aggretriever._mlm.hidden_states(inputs["input_ids"].to(config.device),
                                                  inputs["attention_mask"].to(config.device))
-        predicted = aggretriever.dense(inputs["attention_mask"].to(config.device), hidden)
-        return (predicted - batch.targets.to(predicted.device)).pow(2).sum(-1).mean()
+        return alignment_mse(aggretriever.dense(inputs["attention_mask"].to(config.device), hidden), batch.targets)
 
     stage = replace(config, epochs=spec.cls_alignment_epochs, max_steps=None)
     steps = -(-len(items) // ALIGNMENT_BATCH)
     return train(aggretriever, make_batches, loss_fn, stage, steps, desc="align [CLS] to the teacher",
-                 checkpoint_dir=checkpoint_dir)
+                 checkpoint_dir=checkpoint_dir), targets
