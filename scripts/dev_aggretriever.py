@@ -72,6 +72,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--cls-only", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--semantic-weights", type=float, nargs="+", default=[],
+                        help="also the concat with the [CLS] part's scores times each weight (w x [CLS] + agg): "
+                             "how the parts' scales balance")
     parser.add_argument("--reuse-index", help="a Pyserini Faiss index built with this model (one model only): the "
                                               "passages it holds are read back, the others encoded")
     args = parser.parse_args()
@@ -105,9 +108,11 @@ def main() -> None:
             cls_dim = q.shape[1] if args.cls_only else model.config.cls_dim
             figures = {"[CLS] part": ndcg10(q[:, :cls_dim] @ p[:, :cls_dim].T, qids, docids, qrels)}
             if not args.cls_only:
+                semantic, lexical = q[:, :cls_dim] @ p[:, :cls_dim].T, q[:, cls_dim:] @ p[:, cls_dim:].T
                 figures = {"concat": ndcg10(q @ p.T, qids, docids, qrels), **figures,
-                           f"{model.config.pooling} part": ndcg10(q[:, cls_dim:] @ p[:, cls_dim:].T, qids, docids,
-                                                                  qrels)}
+                           f"{model.config.pooling} part": ndcg10(lexical, qids, docids, qrels),
+                           **{f"{w:g} x [CLS] + agg": ndcg10(w * semantic + lexical, qids, docids, qrels)
+                              for w in args.semantic_weights}}
             print(f"{folder} [{split}]: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
                   + f" ({len(qids)} queries, {len(docids)} passages, {time.perf_counter() - start:.0f} s)")
 
