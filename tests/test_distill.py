@@ -251,3 +251,20 @@ def test_cls_alignment_weight_keeps_the_semantic_part_near_the_teacher(distilled
         assert len(losses) == 8 and all(np.isfinite(losses))
         agreement[weight] = semantic_agreement(model, tokenizer, *teacher_scores)
     assert agreement[20.0] > agreement[0.0] + 0.02, agreement
+
+
+def test_cosine_alignment_distance_holds_directions_not_lengths():
+    """The kept alignment term's "cosine" distance equals the MSE for unit vectors but ignores the semantic part's
+    length (the listwise loss sets it); unknown distances are refused by name."""
+    from pyserini_ext.train.aggretriever import AggretrieverModelConfig, alignment_distance
+
+    generator = torch.Generator().manual_seed(0)
+    targets = torch.nn.functional.normalize(torch.randn(6, 128, generator=generator), dim=-1)
+    predicted = torch.nn.functional.normalize(targets + 0.05 * torch.randn(6, 128, generator=generator), dim=-1)
+    mse, cosine = (alignment_distance(predicted, targets, d).item() for d in ("mse", "cosine"))
+    assert cosine == pytest.approx(mse, rel=1e-5) and cosine > 0.01
+    assert alignment_distance(3 * predicted, targets, "cosine").item() == pytest.approx(cosine, rel=1e-5)
+    assert alignment_distance(3 * predicted, targets, "mse").item() > 10 * mse
+    with pytest.raises(ValueError, match="cls_alignment_distance must be one of"):
+        AggretrieverModelConfig("splade-tiny", cls_alignment_epochs=1, cls_alignment_weight=1.0,
+                                cls_alignment_distance="l1")

@@ -44,6 +44,7 @@ QUERY_MAX_LENGTH = 32
 PASSAGE_MAX_LENGTH = 128
 HEAD_INITS = ("random", "lexical")
 ALIGNMENT_BATCH = 32  # texts per step of the [CLS] alignment stage
+ALIGNMENT_DISTANCES = ("mse", "cosine")  # of the alignment term kept through the listwise stage
 PART_WEIGHT = 0.5  # weight of the agg-only and of the [CLS]-only loss, as in the released training code
 
 
@@ -135,6 +136,10 @@ class AggretrieverModelConfig:
     # passages) kept as a term of the listwise stage, so that the semantic part keeps the teacher's geometry while
     # the body learns the lexical part; 0: the listwise loss alone. Needs cls_alignment_epochs >= 1
     cls_alignment_weight: float = 0.0
+    # what that kept term measures: "mse" holds the part at the teacher's vectors, length included; "cosine" holds
+    # only their directions (2 (1 - cos), the MSE's value for unit vectors), leaving the listwise loss to set the
+    # part's scale against the lexical part's
+    cls_alignment_distance: str = "mse"
     store_dtype: str = "float32"  # "float16" halves the saved masked LM's weights (they load back as float32)
 
     def __post_init__(self):
@@ -143,6 +148,9 @@ class AggretrieverModelConfig:
         if self.cls_alignment_weight < 0 or (self.cls_alignment_weight and not self.cls_alignment_epochs):
             raise ValueError("cls_alignment_weight must be >= 0, and > 0 only with cls_alignment_epochs >= 1 (the "
                              f"alignment stage provides the teacher's vectors), got {self.cls_alignment_weight}")
+        if self.cls_alignment_distance not in ALIGNMENT_DISTANCES:
+            raise ValueError(f"cls_alignment_distance must be one of {ALIGNMENT_DISTANCES}, "
+                             f"got {self.cls_alignment_distance!r}")
         if self.heads not in HEAD_INITS:
             raise ValueError(f"heads must be one of {HEAD_INITS}, got {self.heads!r}")
         if min(self.query_max_length, self.passage_max_length) < 2:
@@ -209,8 +217,10 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
         passages = encode(batch.passage_texts, model.passage_max_length)
         loss = batch_loss(queries, passages, batch)
         if model.cls_alignment_weight:
-            anchor = (alignment_mse(queries[:, :cls_dim], targets.of(batch.query_texts, "queries"))
-                      + alignment_mse(passages[:, :cls_dim], targets.of(batch.passage_texts, "passages")))
+            distance = model.cls_alignment_distance
+            anchor = (alignment_distance(queries[:, :cls_dim], targets.of(batch.query_texts, "queries"), distance)
+                      + alignment_distance(passages[:, :cls_dim], targets.of(batch.passage_texts, "passages"),
+                                           distance))
             loss = loss + model.cls_alignment_weight * anchor / 2
         return loss
 
@@ -283,9 +293,13 @@ class TeacherTargets:
         return torch.from_numpy(np.stack([self.by_text[kind][text] for text in texts]))
 
 
-def alignment_mse(predicted: Tensor, targets: Tensor) -> Tensor:
-    """Squared L2 distance of the semantic part from the teacher's projected vectors, mean over the batch."""
-    return (predicted.float() - targets.to(predicted.device)).pow(2).sum(-1).mean()
+def alignment_distance(predicted: Tensor, targets: Tensor, distance: str = "mse") -> Tensor:
+    """Distance of the semantic part from the teacher's projected vectors, mean over the batch: squared L2 ("mse")
+    or 2 (1 - cosine) ("cosine")."""
+    predicted, targets = predicted.float(), targets.to(predicted.device)
+    if distance == "cosine":
+        return 2 * (1 - torch.nn.functional.cosine_similarity(predicted, targets, dim=-1)).mean()
+    return (predicted - targets).pow(2).sum(-1).mean()
 
 
 @dataclass
@@ -353,7 +367,7 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
                            return_tensors="pt")
         hidden = aggretriever._mlm.hidden_states(inputs["input_ids"].to(config.device),
                                                  inputs["attention_mask"].to(config.device))
-        return alignment_mse(aggretriever.dense(inputs["attention_mask"].to(config.device), hidden), batch.targets)
+        return alignment_distance(aggretriever.dense(inputs["attention_mask"].to(config.device), hidden), batch.targets)
 
     stage = replace(config, epochs=spec.cls_alignment_epochs, max_steps=None)
     steps = -(-len(items) // ALIGNMENT_BATCH)
