@@ -268,3 +268,47 @@ def test_cosine_alignment_distance_holds_directions_not_lengths():
     with pytest.raises(ValueError, match="cls_alignment_distance must be one of"):
         AggretrieverModelConfig("splade-tiny", cls_alignment_epochs=1, cls_alignment_weight=1.0,
                                 cls_alignment_distance="l1")
+
+
+def test_parts_follow_the_teachers_of_their_kind(distilled_set):
+    """`part_teachers="by-kind"`: the batches carry, for the same passages, the MiniLM-only and the splade-tiny +
+    BM25 ensembles; the [CLS] part's loss follows the first, the lexical part's the second, the concat the whole
+    ensemble. Judged pairs (no teacher scores) are refused, and so are unknown settings."""
+    from pyserini_ext.train.aggretriever import (
+        PART_WEIGHT,
+        TEACHERS_BY_PART,
+        AggretrieverModelConfig,
+        _distillation_objective,
+        train_aggretriever,
+    )
+    from pyserini_ext.train.data import LabelledData
+    from pyserini_ext.train.distill import distillation_loss
+
+    _, _, data = distilled_set
+    plain = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0))
+    batch = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0, part_weights=TEACHERS_BY_PART))
+    assert batch.passage_texts == plain.passage_texts and torch.equal(batch.teacher, plain.teacher)
+    assert plain.part_teachers == {} and set(batch.part_teachers) == {"semantic", "lexical"}
+    semantic = batch.part_teachers["semantic"]
+    assert semantic.shape == (4, 3) and not torch.allclose(semantic, batch.teacher)
+    minilm = data.ensemble({"minilm": 1.0})
+    same_text = [i for i, q in enumerate(data.queries) if q.text == batch.query_texts[0]]
+    assert set(np.round(semantic[0].numpy(), 5)) <= set(np.round(np.concatenate([minilm[i] for i in same_text]), 5))
+
+    config = TrainConfig(batch_size=4, group_size=3)
+    generator = torch.Generator().manual_seed(0)
+    queries, passages = torch.randn(4, 8, generator=generator), torch.randn(12, 8, generator=generator)
+    _, _, batch_loss, log = _distillation_objective(data, config, 3, TEACHERS_BY_PART)
+    expected = (distillation_loss(queries @ passages.T, batch.teacher, config)
+                + PART_WEIGHT * distillation_loss(queries[:, 3:] @ passages[:, 3:].T, batch.part_teachers["lexical"],
+                                                  config)
+                + PART_WEIGHT * distillation_loss(queries[:, :3] @ passages[:, :3].T, semantic, config))
+    assert batch_loss(queries, passages, batch).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert batch_loss(queries, passages, plain).item() != pytest.approx(expected.item(), rel=1e-3)
+    assert log["part_teachers"] == TEACHERS_BY_PART
+
+    with pytest.raises(ValueError, match="part_teachers must be one of"):
+        AggretrieverModelConfig("splade-tiny", part_teachers="minilm")
+    labelled = LabelledData({"d": {"title": "", "text": "t"}}, {"q": "t"}, {"q": {"d": 1}})
+    with pytest.raises(ValueError, match="needs a distillation set"):
+        train_aggretriever(AggretrieverModelConfig("splade-tiny", part_teachers="by-kind"), labelled)

@@ -10,7 +10,13 @@ from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
 from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
 from pyserini_ext.registry import resolve_model
-from pyserini_ext.train.aggretriever import ALIGNMENT_DISTANCES, HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
+from pyserini_ext.train.aggretriever import (
+    ALIGNMENT_DISTANCES,
+    HEAD_INITS,
+    PART_TEACHERS,
+    PASSAGE_MAX_LENGTH,
+    QUERY_MAX_LENGTH,
+)
 
 _DEFAULTS = AggretrieverConfig()
 
@@ -53,6 +59,9 @@ class AggretrieverTrainOptions(TrainingOptions):
     cls_alignment_distance: str = option("mse", choices=ALIGNMENT_DISTANCES,
                                          help="what that kept term measures: mse (vectors, length included) or "
                                               "cosine (directions only: the listwise loss sets the part's scale)")
+    part_teachers: str = option("ensemble", choices=PART_TEACHERS,
+                                help="with --distill: whose scores the parts' losses follow: the whole ensemble, or "
+                                     "by-kind (the [CLS] part MiniLM's, the lexical part splade-tiny's and BM25's)")
 
 
 @dataclass(kw_only=True)
@@ -88,7 +97,8 @@ def train(options: AggretrieverTrainOptions) -> None:
                                     passage_max_length=options.passage_max_length,
                                     cls_alignment_epochs=options.cls_alignment_epochs,
                                     cls_alignment_weight=options.cls_alignment_weight,
-                                    cls_alignment_distance=options.cls_alignment_distance)
+                                    cls_alignment_distance=options.cls_alignment_distance,
+                                    part_teachers=options.part_teachers)
     _, losses = train_aggretriever(model, options.training_data(), options.train_config(), options.output,
                                    checkpoint_dir=options.checkpoints)
     print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")

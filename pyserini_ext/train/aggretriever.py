@@ -46,6 +46,11 @@ HEAD_INITS = ("random", "lexical")
 ALIGNMENT_BATCH = 32  # texts per step of the [CLS] alignment stage
 ALIGNMENT_DISTANCES = ("mse", "cosine")  # of the alignment term kept through the listwise stage
 PART_WEIGHT = 0.5  # weight of the agg-only and of the [CLS]-only loss, as in the released training code
+# `part_teachers="by-kind"`: each part's listwise loss learns from the teachers of its own kind (the [CLS] part
+# from the dense MiniLM, the lexical part from splade-tiny and BM25, in the ensemble's 0.35 : 0.15 proportion);
+# the concatenation keeps the whole ensemble
+TEACHERS_BY_PART = {"semantic": {"minilm": 1.0}, "lexical": {"splade": 0.7, "bm25": 0.3}}
+PART_TEACHERS = ("ensemble", "by-kind")
 
 
 @dataclass
@@ -105,16 +110,17 @@ def aggretriever_loss(query_vectors: Tensor, passage_vectors: Tensor, cls_dim: i
             raise ValueError(f"false_negatives must be [{queries}, {passages}], got {list(false_negatives.shape)}")
         if false_negatives.diagonal().any():
             raise ValueError("false_negatives marks a query's own positive")
-    return concat_and_parts(lambda q, p: nll(q, p, false_negatives), query_vectors, passage_vectors, cls_dim)
+    return concat_and_parts(lambda q, p, _: nll(q, p, false_negatives), query_vectors, passage_vectors, cls_dim)
 
 
-def concat_and_parts(loss: Callable[[Tensor, Tensor], Tensor], query_vectors: Tensor, passage_vectors: Tensor,
+def concat_and_parts(loss: Callable[[Tensor, Tensor, str], Tensor], query_vectors: Tensor, passage_vectors: Tensor,
                      cls_dim: int) -> Tensor:
-    """loss(concat) + 0.5 loss(agg part) + 0.5 loss([CLS] part); only the concat without a [CLS] part."""
-    total = loss(query_vectors, passage_vectors)
+    """loss(concat) + 0.5 loss(agg part) + 0.5 loss([CLS] part); only the concat without a [CLS] part.
+    `loss(queries, passages, part)` is told which part it scores: "concat", "lexical" or "semantic"."""
+    total = loss(query_vectors, passage_vectors, "concat")
     if cls_dim:
-        for part in (slice(cls_dim, None), slice(0, cls_dim)):
-            total = total + PART_WEIGHT * loss(query_vectors[:, part], passage_vectors[:, part])
+        for name, part in (("lexical", slice(cls_dim, None)), ("semantic", slice(0, cls_dim))):
+            total = total + PART_WEIGHT * loss(query_vectors[:, part], passage_vectors[:, part], name)
     return total
 
 
@@ -140,6 +146,9 @@ class AggretrieverModelConfig:
     # only their directions (2 (1 - cos), the MSE's value for unit vectors), leaving the listwise loss to set the
     # part's scale against the lexical part's
     cls_alignment_distance: str = "mse"
+    # whose scores each part's listwise loss (distillation only) follows: "ensemble" (all three parts) or
+    # "by-kind" (`TEACHERS_BY_PART`; the concatenation keeps the ensemble)
+    part_teachers: str = "ensemble"
     store_dtype: str = "float32"  # "float16" halves the saved masked LM's weights (they load back as float32)
 
     def __post_init__(self):
@@ -151,6 +160,8 @@ class AggretrieverModelConfig:
         if self.cls_alignment_distance not in ALIGNMENT_DISTANCES:
             raise ValueError(f"cls_alignment_distance must be one of {ALIGNMENT_DISTANCES}, "
                              f"got {self.cls_alignment_distance!r}")
+        if self.part_teachers not in PART_TEACHERS:
+            raise ValueError(f"part_teachers must be one of {PART_TEACHERS}, got {self.part_teachers!r}")
         if self.heads not in HEAD_INITS:
             raise ValueError(f"heads must be one of {HEAD_INITS}, got {self.heads!r}")
         if min(self.query_max_length, self.passage_max_length) < 2:
@@ -189,6 +200,9 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
     config = config or TrainConfig()
     if config.batch_size < 2:
         raise ValueError(f"contrastive training needs batch_size >= 2, got {config.batch_size}")
+    if model.part_teachers != "ensemble" and not isinstance(data, DistillationSet):
+        raise ValueError(f"part_teachers={model.part_teachers!r} needs a distillation set (the teachers' scores), "
+                         "not judged pairs")
     set_seed(config.seed)  # new heads are initialised at load time
     aggretriever, folder = load_trainable_model(model)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -207,9 +221,12 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
             checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir) / "cls-alignment",
             new_heads=not (folder / AGG_CONFIG_NAME).is_file())
         log["cls_alignment_losses"] = alignment
-    objective = _labelled_objective if isinstance(data, LabelledData) else _distillation_objective
     cls_dim = aggretriever.config.cls_dim
-    make_batches, steps, batch_loss, objective_log = objective(data, config, cls_dim)
+    if isinstance(data, LabelledData):
+        make_batches, steps, batch_loss, objective_log = _labelled_objective(data, config, cls_dim)
+    else:
+        part_weights = TEACHERS_BY_PART if model.part_teachers == "by-kind" else None
+        make_batches, steps, batch_loss, objective_log = _distillation_objective(data, config, cls_dim, part_weights)
     log.update(objective_log)
 
     def loss_fn(_, batch) -> Tensor:
@@ -274,14 +291,19 @@ def _labelled_objective(data: LabelledData, config: TrainConfig, cls_dim: int):
     return make_batches, steps_per_epoch, batch_loss, data.log() | {"training_queries": len(examples)}
 
 
-def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int):
+def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int,
+                            part_weights: Mapping[str, Mapping[str, float]] | None = None):
     def batch_loss(queries: Tensor, passages: Tensor, batch) -> Tensor:
-        return concat_and_parts(lambda q, p: distillation_loss(q @ p.T, batch.teacher, config), queries, passages,
-                                cls_dim)
+        def part_loss(q: Tensor, p: Tensor, part: str) -> Tensor:
+            return distillation_loss(q @ p.T, batch.part_teachers.get(part, batch.teacher), config)
 
-    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch),
+        return concat_and_parts(part_loss, queries, passages, cls_dim)
+
+    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch,
+                                               part_weights=part_weights),
             steps_per_epoch(data, config), batch_loss,
-            {"data": "distillation", "training_queries": len(data.queries)})
+            {"data": "distillation", "training_queries": len(data.queries),
+             "part_teachers": dict(part_weights or {})})
 
 
 @dataclass
