@@ -20,6 +20,7 @@ GROUPS = {
     "aggretriever": "Aggretriever: train, convert training-repo checkpoints, build the demo model",
     "deepct": "DeepCT: train, index (term weights -> Lucene tf), search (BM25, QL-JM, DeepCT-Query)",
     "aligner": "AligneR: train, index token vectors, search, few-shot alignment adaptation",
+    "fusion": "Fusion of TREC runs Pyserini's fusion cannot express (min-max with a weight per run)",
     "lucene": "Lucene helpers for any index (e.g. query likelihood with Jelinek-Mercer smoothing)",
     "data": "Datasets: export a BEIR dataset to Pyserini JsonCollection/topics/qrels",
     "prebuilt": "Prebuilt indexes: pack an index with its catalogue record, download and verify one",

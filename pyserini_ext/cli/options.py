@@ -49,11 +49,16 @@ def _in_range(kind: type, low: float | None, high: float | None) -> Callable[[st
     return parse
 
 
-def _base_type(annotation) -> type:
-    """int for `int` and `int | None`; str for paths and anything else read as text."""
+def _value_type(annotation) -> tuple[type, bool]:
+    """(type of one value, whether the flag takes one or more): int for `int` and `int | None`, (float, True) for
+    `list[float]`; str for paths and anything else read as text."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    annotation = args[0] if args else annotation
-    return annotation if annotation in (int, float, bool, str) else str
+    if typing.get_origin(annotation) is not list and args:
+        annotation = args[0]
+    many = typing.get_origin(annotation) is list
+    if many:
+        annotation = typing.get_args(annotation)[0]
+    return (annotation if annotation in (int, float, bool, str) else str), many
 
 
 def add_options(parser: argparse.ArgumentParser, options: type) -> None:
@@ -61,7 +66,7 @@ def add_options(parser: argparse.ArgumentParser, options: type) -> None:
     hints = typing.get_type_hints(options)
     for field in dataclasses.fields(options):
         meta = field.metadata
-        kind = _base_type(hints[field.name])
+        kind, many = _value_type(hints[field.name])
         required = field.default is REQUIRED
         help_text = meta.get("help", "")
         if not required and field.default not in (None, False, "") and not meta.get("repeat"):
@@ -76,6 +81,8 @@ def add_options(parser: argparse.ArgumentParser, options: type) -> None:
             settings = dict(dest=field.name, choices=meta.get("choices"), default=None if required else field.default)
             if meta.get("repeat"):
                 settings.update(action="append", default=None)
+            if many:
+                settings.update(nargs="+")
             if kind in (int, float):
                 settings.update(type=_in_range(kind, meta.get("min"), meta.get("max")),
                                 metavar=flag.lstrip("-").replace("-", "_").upper())
