@@ -72,8 +72,12 @@ OURS = ("aggretriever", "deepct", "aligner")
 DEEPCT_QUERY = ("deepct-query", "deepct-index-query")  # query words weighted by the DeepCT model (DeepCT-Query)
 BASE_METHODS = ("bm25", "splade-tiny", "minilm", "aggretriever", "deepct", "deepct-qljm", *DEEPCT_QUERY, "aligner")
 FUSED = ("aggretriever", "deepct", "aligner", "minilm")
-FUSED_OURS = "rrf-ours"  # RRF of BM25 and all three of our models: the best fusion on the development queries
-METHODS = (*BASE_METHODS, *(f"rrf-{m}" for m in FUSED), FUSED_OURS, "aligner-pruning")
+# Fusions in the report: "rrf-X" = RRF of BM25 and X (`python -m pyserini.fusion --method rrf`); "norm-X" = each
+# run's scores min-max normalised per query, then summed with BM25 weighted NORM_BM25_WEIGHT and the rest sharing the
+# remainder (`pyserini-ext fusion normalize --weights`; Pyserini's `--method normalize` has equal weights only)
+FUSIONS = {"rrf": "RRF", "norm": "min-max"}
+OURS_FUSED = "ours"  # "rrf-ours", "norm-ours": BM25 and all three of our models
+METHODS = (*BASE_METHODS, *(f"{f}-{m}" for f in FUSIONS for m in (*FUSED, OURS_FUSED)), "aligner-pruning")
 LABELS = {
     "bm25": "BM25 (k1 0.9, b 0.4)",
     "splade-tiny": "splade-tiny impact",
@@ -85,7 +89,9 @@ LABELS = {
     "deepct-index-query": "DeepCT-Index + DeepCT-Query + BM25 (ours)",
     "aligner": "AligneR (ours)",
     **{f"rrf-{m}": f"RRF(BM25, {m})" for m in FUSED},
-    FUSED_OURS: "RRF(BM25, aggretriever, deepct, aligner)",
+    **{f"norm-{m}": f"min-max(BM25, {m})" for m in FUSED},
+    "rrf-ours": f"RRF(BM25, {', '.join(OURS)})",
+    "norm-ours": f"min-max(BM25, {', '.join(OURS)})",
 }
 DEEPCT_GRID = tuple(itertools.product((0.9, 2.0, 5.0, 10.0), (0.4, 0.7, 0.9)))
 DEEPCT_QLJM_GRID = (0.1, 0.2, 0.4, 0.6, 0.8, 0.9)  # Jelinek-Mercer lambda (weight of the collection model)
@@ -97,6 +103,11 @@ PRUNING_BETAS = (1.0, 0.4, 0.2, 0.1)
 # Which fusion of our models (SciFact train, 809 queries, k 10, with the agg+ Aggretriever): BM25 + Aggretriever
 # 0.7153, BM25 + AligneR 0.7179, BM25 + Aggretriever + AligneR 0.7240, BM25 + all three 0.7272 (FUSED_OURS).
 RRF_K = 10
+# BM25's weight in min-max fusion, chosen on the development queries (nDCG@10 of BM25 + AligneR at BM25 weight 0.1 /
+# 0.2 / 0.3 / 0.4 / 0.5): SciFact train 0.7143 / 0.7236 / 0.7312 / 0.7331 / 0.7311, MS MARCO triples dev 0.9605 / 0.9541
+# / 0.9491 / 0.9432 / 0.9345; best mean: 0.3 (0.8402, against RRF k 10's 0.8354: 0.7179 and 0.9529). Equal weights
+# (0.5, Pyserini's `--method normalize`) win on SciFact train and lose on MS MARCO (docs/fusion.md).
+NORM_BM25_WEIGHT = 0.3
 HITS = 1000
 BM25_K1_B = (0.9, 0.4)  # Pyserini's defaults, for BM25 on the plain index
 
@@ -140,6 +151,15 @@ def subset_corpus(corpus: Mapping[str, Mapping[str, str]], judged: Iterable[str]
     """The first `size` documents plus every judged one (in corpus order): for development runs only."""
     keep = set(judged) | set(itertools.islice(corpus, size))
     return {docid: doc for docid, doc in corpus.items() if docid in keep}
+
+
+def base_methods(method: str) -> tuple[str, ...]:
+    """The base methods whose runs `method` needs: itself, or the runs a fusion row fuses (BM25 + ...)."""
+    for fusion in FUSIONS:
+        if method.startswith(f"{fusion}-"):
+            part = method.removeprefix(f"{fusion}-")
+            return ("bm25", *(OURS if part == OURS_FUSED else (part,)))
+    return (method,)
 
 
 def build_msmarco_dev_set(passages: Mapping[str, Mapping[str, str]], triples_path: Path, out_dir: Path) -> Path:
@@ -301,7 +321,7 @@ def plot_size(results: Mapping[str, Mapping[str, Mapping[str, float]]], path: Pa
     fig, ax = plt.subplots(figsize=(7, 4.5))
     markers = "osD^v<>"
     for i, (dataset, rows) in enumerate(results.items()):
-        points = [(m, r) for m, r in rows.items() if not m.startswith("rrf-") and r.get("index_mb")]
+        points = [(m, r) for m, r in rows.items() if m in BASE_METHODS and r.get("index_mb")]
         ax.scatter([r["index_mb"] for _, r in points], [r["ndcg_cut_10"] for _, r in points],
                    marker=markers[i % len(markers)], label=dataset)
         for method, r in points:
@@ -586,12 +606,21 @@ class Report:
             "--topics", c.topics[split], "--beta-q", f"{beta_q:g}", "--hits", str(HITS),
             "--threads", str(self.args.threads), "--output", run], run), [index]
 
-    def fuse(self, c: Corpus, split: str, runs: Sequence[Path], label: str) -> Path:
-        k = self.args.rrf_k
-        output = c.folder / f"run.rrf-k{k}.{label}.{split}.txt"
-        return self.step(c.name, f"RRF k {k} {label} ({split})", [
-            self.py, "-m", "pyserini.fusion", "--runs", *runs, "--output", output, "--method", "rrf",
-            "--rrf.k", str(k)], output)
+    def fuse(self, c: Corpus, split: str, runs: Sequence[Path], label: str, fusion: str) -> Path:
+        """`fusion` is a FUSIONS key: RRF with k --rrf-k, or min-max with BM25 (`runs[0]`) weighted
+        --norm-bm25-weight."""
+        if fusion == "rrf":
+            k = self.args.rrf_k
+            name = f"rrf-k{k}"
+            command = [self.py, "-m", "pyserini.fusion", "--runs", *runs, "--method", "rrf", "--rrf.k", str(k)]
+        else:  # BM25 first, then the runs sharing the rest of the weight
+            bm25 = self.args.norm_bm25_weight
+            name = f"minmax-w{bm25:g}"
+            weights = [bm25, *[(1 - bm25) / (len(runs) - 1)] * (len(runs) - 1)]
+            command = [self.py, "-m", "pyserini_ext.cli", "fusion", "normalize", "--runs", *runs,
+                       "--weights", *(f"{w:.6g}" for w in weights)]
+        output = c.folder / f"run.{name}.{label}.{split}.txt"
+        return self.step(c.name, f"{name} {label} ({split})", [*command, "--output", output], output)
 
     # -- DeepCT's k1/b on the development queries ---------------------------------------------------------
 
@@ -673,10 +702,8 @@ class Report:
         results: dict[str, dict] = {}
         runs: dict[str, Path] = {}
         indexes: dict[str, list[Path]] = {}
-        wanted = [m for m in BASE_METHODS if m in methods or f"rrf-{m}" in methods
-                  or (FUSED_OURS in methods and m in OURS)]
-        if any(m.startswith("rrf-") for m in methods):
-            wanted = ["bm25", *(m for m in wanted if m != "bm25")]
+        needed = {part for m in methods for part in base_methods(m)}
+        wanted = [m for m in BASE_METHODS if m in needed]  # BM25 first: the fusions need it
 
         def score(label: str, run: Path, index_paths: Sequence[Path]) -> dict:
             """Figures of one run, printed as soon as they exist."""
@@ -690,16 +717,17 @@ class Report:
             runs[method], indexes[method] = self.run_method(c, split, method, deepct)
             if method in methods:
                 results[method] = score(LABELS[method], runs[method], indexes[method])
-        for fused in FUSED:
-            method = f"rrf-{fused}"
-            if method in methods:
-                label = runs[fused].name.removeprefix("run.").removesuffix(f".{split}.txt")
-                run = self.fuse(c, split, [runs["bm25"], runs[fused]], label)
-                results[method] = score(LABELS[method], run, indexes["bm25"] + indexes[fused])
-        if FUSED_OURS in methods:
-            label = "ours." + ".".join(runs[m].name.removeprefix("run.").removesuffix(f".{split}.txt") for m in OURS)
-            run = self.fuse(c, split, [runs["bm25"], *(runs[m] for m in OURS)], label)
-            results[FUSED_OURS] = score(LABELS[FUSED_OURS], run, indexes["bm25"] + sum((indexes[m] for m in OURS), []))
+        def label_of(method: str) -> str:
+            return runs[method].name.removeprefix("run.").removesuffix(f".{split}.txt")
+
+        for method in methods:
+            fusion = method.split("-", 1)[0]
+            if fusion not in FUSIONS:
+                continue
+            members = base_methods(method)[1:]
+            label = ("ours." if method.endswith(f"-{OURS_FUSED}") else "") + ".".join(label_of(m) for m in members)
+            run = self.fuse(c, split, [runs["bm25"], *(runs[m] for m in members)], label, fusion)
+            results[method] = score(LABELS[method], run, sum((indexes[m] for m in ("bm25", *members)), []))
         pruning = {}
         if "aligner-pruning" in methods:
             for beta in PRUNING_BETAS:
@@ -755,7 +783,10 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "(Lucene indexes store the raw documents, as the DeepCT index build does; Faiss and AligneR "
                "indexes hold vectors only); for fusions the sum of the fused indexes. 1000 hits per query; RRF with "
                f"k {args.rrf_k} (Pyserini's default 60; 10 was chosen on the development queries, `RRF_K` in "
-               "scripts/report.py) and Pyserini's depth 1000.\n")
+               "scripts/report.py) and Pyserini's depth 1000. min-max = each run's scores min-max normalised per "
+               f"query and summed, BM25 weighted {args.norm_bm25_weight:g} and the other runs sharing the rest "
+               "(`pyserini-ext fusion normalize --weights`; the weight was chosen on the development queries, "
+               "`NORM_BM25_WEIGHT` in scripts/report.py, docs/fusion.md).\n")
     out.append("Models: " + ", ".join(f"{m} `{report.model_dirs[m]}`" for m in OURS) + "; baselines: splade-tiny "
                f"`{backbone_path('splade-tiny')}`, all-MiniLM-L6-v2 `{report.minilm}` (mean pooling, L2-normalised).\n"
                f"splade-tiny is given to Pyserini as `{report.splade}`, a link with \"splade\" in its name: "
@@ -816,7 +847,14 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
     return atomic_write_text(path, "\n".join(out))
 
 
-def main(argv: list[str] | None = None) -> int:
+def weight_in_unit_interval(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=list(DATASETS))
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
@@ -834,6 +872,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deepct-k1-b", type=float, nargs=2, metavar=("K1", "B"),
                         help="DeepCT's BM25 k1 b instead of the development-set choice (the report says so)")
     parser.add_argument("--rrf-k", type=int, default=RRF_K, help="RRF's k (default: the development-set choice)")
+    parser.add_argument("--norm-bm25-weight", type=weight_in_unit_interval, default=NORM_BM25_WEIGHT,
+                        help="BM25's weight in min-max fusion, in [0, 1] (default: the development-set choice)")
     parser.add_argument("--deepct-lambda", type=float,
                         help="DeepCT's QL-JM lambda instead of the development-set choice (the report says so)")
     parser.add_argument("--triples", default=str(data_home() / "msmarco-train-triples-sample" / "triples.tsv.gz"))
@@ -847,19 +887,23 @@ def main(argv: list[str] | None = None) -> int:
                              "they are left out of that dataset's table")
     parser.add_argument("--workdir", default="runs/report")
     parser.add_argument("--output", default="docs/report.md")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     started = time.perf_counter()
     report = Report(args)
     print(f"work folder {report.root}; each step's own progress bars: tail -f {report.log}", flush=True)
-    deepct = (report.tune_deepct() if {"deepct", "deepct-qljm", *DEEPCT_QUERY, "rrf-deepct", FUSED_OURS}
-              & set(args.methods) else None)
+    needs_deepct = {"deepct", "deepct-qljm", *DEEPCT_QUERY}
+    deepct = (report.tune_deepct() if any(needs_deepct & set(base_methods(m)) for m in args.methods) else None)
     if set(DEEPCT_QUERY) & set(args.methods):
         deepct["query_dev"] = report.deepct_query_dev(deepct)
     results, pruning = {}, {}
     for key in args.datasets:
-        methods = [m for m in args.methods if f"{key}:{m.removeprefix('rrf-')}" not in args.skip
-                   and f"{key}:{m}" not in args.skip]
+        methods = [m for m in args.methods
+                   if not {f"{key}:{part}" for part in (m, *base_methods(m))} & set(args.skip)]
         results[key], pruning[key] = report.evaluate_dataset(DATASETS[key], methods, deepct)
     output = Path(args.output)
     if args.subset:

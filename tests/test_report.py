@@ -93,6 +93,37 @@ def test_tables_and_plots(tmp_path):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_fused_methods_name_their_runs():
+    assert report.base_methods("aligner") == ("aligner",)
+    assert report.base_methods("norm-aligner") == ("bm25", "aligner")
+    assert report.base_methods("rrf-ours") == ("bm25", "aggretriever", "deepct", "aligner")
+    assert report.LABELS["norm-minilm"] == "min-max(BM25, minilm)"
+    assert {"rrf-aligner", "norm-aligner", "rrf-ours", "norm-ours"} <= set(report.METHODS)
+
+
+def test_fusion_steps_through_pyserini_fusion(tmp_path):
+    """RRF (k 10, `python -m pyserini.fusion`) and min-max with BM25 weighted 0.3 (`pyserini-ext fusion normalize`)
+    of two runs, with their scores."""
+    args = report.build_parser().parse_args(["--workdir", str(tmp_path / "w")])
+    r = report.Report(args)
+    c = report.Corpus("toy", tmp_path / "toy", "toy", 3)
+    c.folder.mkdir()
+    bm25, dense = c.folder / "run.bm25.test.txt", c.folder / "run.dense.test.txt"
+    bm25.write_text("q Q0 a 1 12.0 t\nq Q0 b 2 10.0 t\nq Q0 c 3 2.0 t\n")
+    dense.write_text("q Q0 c 1 0.9 t\nq Q0 b 2 0.8 t\nq Q0 d 3 0.4 t\n")
+
+    def fused_scores(fusion: str) -> dict[str, float]:
+        run = r.fuse(c, "test", [bm25, dense], "bm25.dense", fusion)
+        return {line.split()[2]: float(line.split()[4]) for line in run.read_text().splitlines()}
+
+    assert args.norm_bm25_weight == 0.3
+    norm = fused_scores("norm")  # min-max: BM25 a 1, b 0.8, c 0; dense c 1, b 0.8, d 0; a missing hit adds 0
+    assert norm == pytest.approx({"a": 0.3, "b": 0.3 * 0.8 + 0.7 * 0.8, "c": 0.7, "d": 0.0}, abs=1e-4)
+    rrf = fused_scores("rrf")
+    assert rrf == pytest.approx({"a": 1 / 11, "b": 2 / 12, "c": 1 / 13 + 1 / 11, "d": 1 / 13}, abs=1e-4)
+    assert r.steps["run"] == 2
+
+
 def test_subset_and_model_fingerprint(tmp_path):
     corpus = {str(i): {"text": f"d{i}"} for i in range(10)}
     assert list(report.subset_corpus(corpus, ["8", "3"], 2)) == ["0", "1", "3", "8"]
