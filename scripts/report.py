@@ -1,5 +1,5 @@
-"""`make report`: the shipped models, the baselines and their RRF fusions with BM25, evaluated through the
-unchanged Pyserini commands on SciFact (test), the DL19 subset, Cranfield and Vaswani.
+"""`make report`: the shipped models, the baselines and their fusions with BM25 (RRF, weighted min-max), evaluated
+through the unchanged Pyserini commands on SciFact (test), the DL19 subset, Cranfield and Vaswani.
 
     python scripts/report.py                                   # everything (hours of CPU on 2 cores)
     python scripts/report.py --datasets cranfield --methods bm25 deepct rrf-deepct --threads 2
@@ -7,14 +7,16 @@ unchanged Pyserini commands on SciFact (test), the DL19 subset, Cranfield and Va
 
 Every step is a subprocess (`python -m pyserini.index.lucene`, `pyserini.encode`, `pyserini.search.lucene`,
 `pyserini.search.faiss`, `pyserini.fusion`, `pyserini.eval.trec_eval`; `pyserini-ext` only for the DeepCT
-index build, QL-JM search and AligneR index/search), printed with its wall time and logged with its output to
-`<workdir>/commands.log`. A step whose output exists is skipped: outputs are written under a `.partial` name
-and renamed when the step succeeds, so an existing output is complete. Index and run names carry the model
-folder's name and a fingerprint of its files, so a retrained model is never scored with a stale index.
+index build, QL-JM search, AligneR index/search and weighted min-max fusion), printed with its wall time and
+logged with its output to `<workdir>/commands.log`. A step whose output exists is skipped: outputs are written
+under a `.partial` name and renamed when the step succeeds, so an existing output is complete. Index and run names
+carry the model folder's name and a fingerprint of its files, so a retrained model is never scored with a stale
+index.
 
 Nothing is tuned on test queries. The settings the report chooses, DeepCT's BM25 k1/b and its QL-JM lambda, are
 chosen once for all datasets on development queries: SciFact's train split and an MS MARCO dev set built from the 100
-training triples (corpus = DL19 subset passages + the 200 triple passages, qrels = each query's positive).
+training triples (corpus = DL19 subset passages + the 200 triple passages, qrels = each query's positive). RRF's k and
+BM25's weight in min-max fusion were chosen on the same queries once, offline (`RRF_K`, `NORM_BM25_WEIGHT`).
 Writes docs/report.md and the PNG plots in docs/ (with `--subset`: report-subset<N>.md and -subset<N> plots).
 """
 from __future__ import annotations
@@ -777,8 +779,8 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
         out.append(f"**Development run on corpus subsets** (first {args.subset} documents plus every judged "
                    f"one): figures are not comparable with published ones.\n")
     out.append("All runs are produced by the unchanged Pyserini commands (`pyserini-ext` only for the DeepCT "
-               "index build, QL-JM and DeepCT-Query search, which Pyserini's commands cannot express, and AligneR "
-               "index/search), scored by `python -m pyserini.eval.trec_eval`: nDCG@10 on "
+               "index build, QL-JM and DeepCT-Query search, which Pyserini's commands cannot express, AligneR "
+               "index/search and weighted min-max fusion), scored by `python -m pyserini.eval.trec_eval`: nDCG@10 on "
                "the graded judgements, R@100 (DL19: relevant = grade >= 2, `-l 2`). Index MB = bytes on disk "
                "(Lucene indexes store the raw documents, as the DeepCT index build does; Faiss and AligneR "
                "indexes hold vectors only); for fusions the sum of the fused indexes. 1000 hits per query; RRF with "
@@ -809,8 +811,9 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "`triples-n{i}`, qrels = each query's positive). BM25 uses Pyserini's defaults (k1 0.9, b 0.4) "
                "and every other model its defaults: the settings chosen are DeepCT's BM25 k1/b and its QL-JM "
                "lambda, once for all datasets, each by the best mean nDCG@10 over the two development sets (grid "
-               "runs: Pyserini's LuceneSearcher, 100 hits, scored with ir_measures); the same development set "
-               "would serve any further choice.\n")
+               "runs: Pyserini's LuceneSearcher, 100 hits, scored with ir_measures). RRF's k and BM25's weight in "
+               "min-max fusion were chosen on the same two sets once, offline, by the best mean nDCG@10 of BM25 + "
+               "AligneR (`RRF_K`, `NORM_BM25_WEIGHT` in scripts/report.py; docs/fusion.md).\n")
     if deepct:
         out.append(f"DeepCT: BM25 k1 = {deepct['k1']:g}, b = {deepct['b']:g}; QL-JM lambda = {deepct['lambda']:g} "
                    f"({deepct['source']}).\n")
