@@ -109,3 +109,17 @@ def test_a_required_flag_can_be_given_by_its_old_spelling(capsys):
     assert parser.parse_args(["init", "--backbone", "b", "--output", "o"]).model == "b"
     assert "the following arguments are required: --model" in usage_error(["aggretriever", "init", "--output", "o"],
                                                                            capsys)
+
+
+def test_list_flags_take_several_values_or_repeat(capsys):
+    @dataclass
+    class Lists:
+        weights: list[float] = option(help="one or more numbers", min=0.0)
+        split: list[str] | None = option(None, help="repeat for more", repeat=True)
+
+    main = command_group("demo", None, {"lists": Command("lists", Lists, lambda o: print(o.weights, o.split))})
+    assert main(["lists", "--weights", "0.3", "0.7", "--split", "test", "--split", "train"]) == 0
+    assert capsys.readouterr().out.strip() == "[0.3, 0.7] ['test', 'train']"
+    with pytest.raises(SystemExit):
+        main(["lists", "--weights", "0.3", "-1"])
+    assert "argument --weights: must be >= 0.0, got -1" in capsys.readouterr().err

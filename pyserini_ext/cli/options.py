@@ -81,7 +81,7 @@ def add_options(parser: argparse.ArgumentParser, options: type) -> None:
             settings = dict(dest=field.name, choices=meta.get("choices"), default=None if required else field.default)
             if meta.get("repeat"):
                 settings.update(action="append", default=None)
-            if many:
+            elif many:  # a repeated flag collects one value per use instead
                 settings.update(nargs="+")
             if kind in (int, float):
                 settings.update(type=_in_range(kind, meta.get("min"), meta.get("max")),
