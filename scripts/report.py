@@ -16,7 +16,8 @@ index.
 Nothing is tuned on test queries. The settings the report chooses, DeepCT's BM25 k1/b and its QL-JM lambda, are
 chosen once for all datasets on development queries: SciFact's train split and an MS MARCO dev set built from the 100
 training triples (corpus = DL19 subset passages + the 200 triple passages, qrels = each query's positive). RRF's k and
-BM25's weight in min-max fusion were chosen on the same queries once, offline (`RRF_K`, `NORM_BM25_WEIGHT`).
+the lexical run's weight in min-max fusion were chosen on the same queries once, offline (`RRF_K`,
+`NORM_LEXICAL_WEIGHT`).
 Writes docs/report.md and the PNG plots in docs/ (with `--subset`: report-subset<N>.md and -subset<N> plots).
 """
 from __future__ import annotations
@@ -75,11 +76,15 @@ DEEPCT_QUERY = ("deepct-query", "deepct-index-query")  # query words weighted by
 BASE_METHODS = ("bm25", "splade-tiny", "minilm", "aggretriever", "deepct", "deepct-qljm", *DEEPCT_QUERY, "aligner")
 FUSED = ("aggretriever", "deepct", "aligner", "minilm")
 # Fusions in the report: "rrf-X" = RRF of BM25 and X (`python -m pyserini.fusion --method rrf`); "norm-X" = each
-# run's scores min-max normalised per query, then summed with BM25 weighted NORM_BM25_WEIGHT and the rest sharing the
-# remainder (`pyserini-ext fusion normalize --weights`; Pyserini's `--method normalize` has equal weights only)
+# run's scores min-max normalised per query, then summed with the lexical run (BM25, or DeepCT-Query) weighted
+# NORM_LEXICAL_WEIGHT and the rest sharing the remainder (`pyserini-ext fusion normalize --weights`; Pyserini's
+# `--method normalize` has equal weights only)
 FUSIONS = {"rrf": "RRF", "norm": "min-max"}
 OURS_FUSED = "ours"  # "rrf-ours", "norm-ours": BM25 and all three of our models
-METHODS = (*BASE_METHODS, *(f"{f}-{m}" for f in FUSIONS for m in (*FUSED, OURS_FUSED)), "aligner-pruning")
+OWN_LEXICAL_FUSED = "dq-aligner"  # DeepCT-Query in BM25's place, with AligneR: a fusion of our models alone
+FUSED_RUNS = {**{m: ("bm25", m) for m in FUSED}, OURS_FUSED: ("bm25", *OURS),
+              OWN_LEXICAL_FUSED: ("deepct-query", "aligner")}  # what each fusion fuses, the lexical run first
+METHODS = (*BASE_METHODS, *(f"{f}-{m}" for f in FUSIONS for m in FUSED_RUNS), "aligner-pruning")
 LABELS = {
     "bm25": "BM25 (k1 0.9, b 0.4)",
     "splade-tiny": "splade-tiny impact",
@@ -90,10 +95,8 @@ LABELS = {
     "deepct-query": "DeepCT-Query + BM25, plain index (ours)",
     "deepct-index-query": "DeepCT-Index + DeepCT-Query + BM25 (ours)",
     "aligner": "AligneR (ours)",
-    **{f"rrf-{m}": f"RRF(BM25, {m})" for m in FUSED},
-    **{f"norm-{m}": f"min-max(BM25, {m})" for m in FUSED},
-    "rrf-ours": f"RRF(BM25, {', '.join(OURS)})",
-    "norm-ours": f"min-max(BM25, {', '.join(OURS)})",
+    **{f"{f}-{m}": f"{name}({', '.join({'bm25': 'BM25', 'deepct-query': 'DeepCT-Query'}.get(r, r) for r in runs)})"
+       for f, name in FUSIONS.items() for m, runs in FUSED_RUNS.items()},
 }
 DEEPCT_GRID = tuple(itertools.product((0.9, 2.0, 5.0, 10.0), (0.4, 0.7, 0.9)))
 DEEPCT_QLJM_GRID = (0.1, 0.2, 0.4, 0.6, 0.8, 0.9)  # Jelinek-Mercer lambda (weight of the collection model)
@@ -105,11 +108,13 @@ PRUNING_BETAS = (1.0, 0.4, 0.2, 0.1)
 # Which fusion of our models (SciFact train, 809 queries, k 10, with the agg+ Aggretriever): BM25 + Aggretriever
 # 0.7153, BM25 + AligneR 0.7179, BM25 + Aggretriever + AligneR 0.7240, BM25 + all three 0.7272 (FUSED_OURS).
 RRF_K = 10
-# BM25's weight in min-max fusion, chosen on the development queries (nDCG@10 of BM25 + AligneR at BM25 weight 0.1 /
-# 0.2 / 0.3 / 0.4 / 0.5): SciFact train 0.7143 / 0.7236 / 0.7312 / 0.7331 / 0.7311, MS MARCO triples dev 0.9605 / 0.9541
-# / 0.9491 / 0.9432 / 0.9345; best mean: 0.3 (0.8402, against RRF k 10's 0.8354: 0.7179 and 0.9529). Equal weights
-# (0.5, Pyserini's `--method normalize`) win on SciFact train and lose on MS MARCO (docs/fusion.md).
-NORM_BM25_WEIGHT = 0.3
+# The lexical run's weight in min-max fusion, chosen on the development queries (nDCG@10 of BM25 + AligneR at BM25
+# weight 0.1 / 0.2 / 0.3 / 0.4 / 0.5): SciFact train 0.7143 / 0.7236 / 0.7312 / 0.7331 / 0.7311, MS MARCO triples dev
+# 0.9605 / 0.9541 / 0.9491 / 0.9432 / 0.9345; best mean: 0.3 (0.8402, against RRF k 10's 0.8354: 0.7179 and 0.9529).
+# Equal weights (0.5, Pyserini's `--method normalize`) win on SciFact train and lose on MS MARCO (docs/fusion.md).
+# DeepCT-Query + AligneR at 0.2 / 0.3 / 0.4: SciFact train 0.7241 / 0.7318 / 0.7313, MS MARCO 0.9535 / 0.9541 /
+# 0.9489; best mean: 0.3 again (0.8430; RRF k 10: 0.8369).
+NORM_LEXICAL_WEIGHT = 0.3
 HITS = 1000
 BM25_K1_B = (0.9, 0.4)  # Pyserini's defaults, for BM25 on the plain index
 
@@ -156,11 +161,10 @@ def subset_corpus(corpus: Mapping[str, Mapping[str, str]], judged: Iterable[str]
 
 
 def base_methods(method: str) -> tuple[str, ...]:
-    """The base methods whose runs `method` needs: itself, or the runs a fusion row fuses (BM25 + ...)."""
+    """The base methods whose runs `method` needs: itself, or the runs a fusion row fuses (the lexical run first)."""
     for fusion in FUSIONS:
         if method.startswith(f"{fusion}-"):
-            part = method.removeprefix(f"{fusion}-")
-            return ("bm25", *(OURS if part == OURS_FUSED else (part,)))
+            return FUSED_RUNS[method.removeprefix(f"{fusion}-")]
     return (method,)
 
 
@@ -609,16 +613,16 @@ class Report:
             "--threads", str(self.args.threads), "--output", run], run), [index]
 
     def fuse(self, c: Corpus, split: str, runs: Sequence[Path], label: str, fusion: str) -> Path:
-        """`fusion` is a FUSIONS key: RRF with k --rrf-k, or min-max with BM25 (`runs[0]`) weighted
-        --norm-bm25-weight."""
+        """`fusion` is a FUSIONS key: RRF with k --rrf-k, or min-max with the lexical run (`runs[0]`) weighted
+        --norm-lexical-weight."""
         if fusion == "rrf":
             k = self.args.rrf_k
             name = f"rrf-k{k}"
             command = [self.py, "-m", "pyserini.fusion", "--runs", *runs, "--method", "rrf", "--rrf.k", str(k)]
-        else:  # BM25 first, then the runs sharing the rest of the weight
-            bm25 = self.args.norm_bm25_weight
-            name = f"minmax-w{bm25:g}"
-            weights = [bm25, *[(1 - bm25) / (len(runs) - 1)] * (len(runs) - 1)]
+        else:  # the lexical run first, then the runs sharing the rest of the weight
+            lexical = self.args.norm_lexical_weight
+            name = f"minmax-w{lexical:g}"
+            weights = [lexical, *[(1 - lexical) / (len(runs) - 1)] * (len(runs) - 1)]
             command = [self.py, "-m", "pyserini_ext.cli", "fusion", "normalize", "--runs", *runs,
                        "--weights", *(f"{w:.6g}" for w in weights)]
         output = c.folder / f"run.{name}.{label}.{split}.txt"
@@ -726,10 +730,11 @@ class Report:
             fusion = method.split("-", 1)[0]
             if fusion not in FUSIONS:
                 continue
-            members = base_methods(method)[1:]
-            label = ("ours." if method.endswith(f"-{OURS_FUSED}") else "") + ".".join(label_of(m) for m in members)
-            run = self.fuse(c, split, [runs["bm25"], *(runs[m] for m in members)], label, fusion)
-            results[method] = score(LABELS[method], run, sum((indexes[m] for m in ("bm25", *members)), []))
+            fused = base_methods(method)
+            label = (("ours." if method.endswith(f"-{OURS_FUSED}") else "")  # BM25 is the default lexical run
+                     + ".".join(label_of(m) for m in fused if m != "bm25"))
+            run = self.fuse(c, split, [runs[m] for m in fused], label, fusion)
+            results[method] = score(LABELS[method], run, sum((indexes[m] for m in fused), []))
         pruning = {}
         if "aligner-pruning" in methods:
             for beta in PRUNING_BETAS:
@@ -786,9 +791,10 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "indexes hold vectors only); for fusions the sum of the fused indexes. 1000 hits per query; RRF with "
                f"k {args.rrf_k} (Pyserini's default 60; 10 was chosen on the development queries, `RRF_K` in "
                "scripts/report.py) and Pyserini's depth 1000. min-max = each run's scores min-max normalised per "
-               f"query and summed, BM25 weighted {args.norm_bm25_weight:g} and the other runs sharing the rest "
+               f"query and summed, the lexical run (BM25, or DeepCT-Query) weighted {args.norm_lexical_weight:g} and "
+               "the other runs sharing the rest "
                "(`pyserini-ext fusion normalize --weights`; the weight was chosen on the development queries, "
-               "`NORM_BM25_WEIGHT` in scripts/report.py, docs/fusion.md).\n")
+               "`NORM_LEXICAL_WEIGHT` in scripts/report.py, docs/fusion.md).\n")
     out.append("Models: " + ", ".join(f"{m} `{report.model_dirs[m]}`" for m in OURS) + "; baselines: splade-tiny "
                f"`{backbone_path('splade-tiny')}`, all-MiniLM-L6-v2 `{report.minilm}` (mean pooling, L2-normalised).\n"
                f"splade-tiny is given to Pyserini as `{report.splade}`, a link with \"splade\" in its name: "
@@ -811,9 +817,10 @@ def write_report(path: Path, report: Report, results: dict, pruning: dict, deepc
                "`triples-n{i}`, qrels = each query's positive). BM25 uses Pyserini's defaults (k1 0.9, b 0.4) "
                "and every other model its defaults: the settings chosen are DeepCT's BM25 k1/b and its QL-JM "
                "lambda, once for all datasets, each by the best mean nDCG@10 over the two development sets (grid "
-               "runs: Pyserini's LuceneSearcher, 100 hits, scored with ir_measures). RRF's k and BM25's weight in "
-               "min-max fusion were chosen on the same two sets once, offline, by the best mean nDCG@10 of BM25 + "
-               "AligneR (`RRF_K`, `NORM_BM25_WEIGHT` in scripts/report.py; docs/fusion.md).\n")
+               "runs: Pyserini's LuceneSearcher, 100 hits, scored with ir_measures). RRF's k and the lexical "
+               "run's weight in min-max fusion were chosen on the same two sets once, offline, by the best mean "
+               "nDCG@10 of BM25 + AligneR and DeepCT-Query + AligneR (`RRF_K`, `NORM_LEXICAL_WEIGHT` in "
+               "scripts/report.py; docs/fusion.md).\n")
     if deepct:
         out.append(f"DeepCT: BM25 k1 = {deepct['k1']:g}, b = {deepct['b']:g}; QL-JM lambda = {deepct['lambda']:g} "
                    f"({deepct['source']}).\n")
@@ -875,8 +882,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--deepct-k1-b", type=float, nargs=2, metavar=("K1", "B"),
                         help="DeepCT's BM25 k1 b instead of the development-set choice (the report says so)")
     parser.add_argument("--rrf-k", type=int, default=RRF_K, help="RRF's k (default: the development-set choice)")
-    parser.add_argument("--norm-bm25-weight", type=weight_in_unit_interval, default=NORM_BM25_WEIGHT,
-                        help="BM25's weight in min-max fusion, in [0, 1] (default: the development-set choice)")
+    parser.add_argument("--norm-lexical-weight", type=weight_in_unit_interval, default=NORM_LEXICAL_WEIGHT,
+                        help="the lexical run's (BM25's, DeepCT-Query's) weight in min-max fusion, in [0, 1] "
+                             "(default: the development-set choice)")
     parser.add_argument("--deepct-lambda", type=float,
                         help="DeepCT's QL-JM lambda instead of the development-set choice (the report says so)")
     parser.add_argument("--triples", default=str(data_home() / "msmarco-train-triples-sample" / "triples.tsv.gz"))

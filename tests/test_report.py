@@ -97,8 +97,11 @@ def test_fused_methods_name_their_runs():
     assert report.base_methods("aligner") == ("aligner",)
     assert report.base_methods("norm-aligner") == ("bm25", "aligner")
     assert report.base_methods("rrf-ours") == ("bm25", "aggretriever", "deepct", "aligner")
+    assert report.base_methods("norm-dq-aligner") == ("deepct-query", "aligner")  # our lexical run in BM25's place
     assert report.LABELS["norm-minilm"] == "min-max(BM25, minilm)"
-    assert {"rrf-aligner", "norm-aligner", "rrf-ours", "norm-ours"} <= set(report.METHODS)
+    assert report.LABELS["rrf-ours"] == "RRF(BM25, aggretriever, deepct, aligner)"
+    assert report.LABELS["norm-dq-aligner"] == "min-max(DeepCT-Query, aligner)"
+    assert {"rrf-aligner", "norm-aligner", "rrf-ours", "norm-ours", "norm-dq-aligner"} <= set(report.METHODS)
 
 
 def test_fusion_steps_through_pyserini_fusion(tmp_path):
@@ -116,7 +119,7 @@ def test_fusion_steps_through_pyserini_fusion(tmp_path):
         run = r.fuse(c, "test", [bm25, dense], "bm25.dense", fusion)
         return {line.split()[2]: float(line.split()[4]) for line in run.read_text().splitlines()}
 
-    assert args.norm_bm25_weight == 0.3
+    assert args.norm_lexical_weight == 0.3
     norm = fused_scores("norm")  # min-max: BM25 a 1, b 0.8, c 0; dense c 1, b 0.8, d 0; a missing hit adds 0
     assert norm == pytest.approx({"a": 0.3, "b": 0.3 * 0.8 + 0.7 * 0.8, "c": 0.7, "d": 0.0}, abs=1e-4)
     rrf = fused_scores("rrf")
