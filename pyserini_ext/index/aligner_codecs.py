@@ -27,6 +27,7 @@ from typing import ClassVar
 
 import faiss
 import numpy as np
+import torch
 
 from pyserini_ext.errors import IndexFolderError
 
@@ -341,9 +342,12 @@ class CentroidCandidates(CandidateGenerator):
         lengths = ends - starts
         firsts = np.cumsum(lengths) - lengths
         rows = np.repeat(starts - firsts, lengths) + np.arange(lengths.sum())
-        centroid_scores = scores[:, self.doc_centroids[rows]]  # [q, candidates' centroids]
-        best = np.maximum.reduceat(centroid_scores, firsts, axis=1)  # [q, docs]
-        approx = np.asarray(query_weights, dtype=np.float32) @ best
+        # [candidates' centroids, q] rows gathered from [nlist, q] and reduced per document by torch's segment max:
+        # the same values as numpy's [q, entries] gather + maximum.reduceat, in about half the time (memory-bound)
+        by_centroid = torch.from_numpy(np.ascontiguousarray(scores.T))
+        centroid_scores = by_centroid.index_select(0, torch.from_numpy(self.doc_centroids[rows]))
+        best = torch.segment_reduce(centroid_scores, "max", lengths=torch.from_numpy(lengths), axis=0)  # [docs, q]
+        approx = best.numpy() @ np.asarray(query_weights, dtype=np.float32)
         return np.sort(docs[np.argpartition(-approx, neighbours - 1)[:neighbours]])
 
 
