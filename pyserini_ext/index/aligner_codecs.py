@@ -27,11 +27,12 @@ from typing import ClassVar
 
 import faiss
 import numpy as np
-import torch
 
 from pyserini_ext.errors import IndexFolderError
 
 BATCH = 65536
+# documents per block of the centroid stage (SciFact: blocks of 64-256 ran about 2x faster than of 1024+)
+CENTROID_STAGE_DOCS = 256
 
 
 class AlignerIndexError(IndexFolderError):
@@ -342,12 +343,17 @@ class CentroidCandidates(CandidateGenerator):
         lengths = ends - starts
         firsts = np.cumsum(lengths) - lengths
         rows = np.repeat(starts - firsts, lengths) + np.arange(lengths.sum())
-        # [candidates' centroids, q] rows gathered from [nlist, q] and reduced per document by torch's segment max:
-        # the same values as numpy's [q, entries] gather + maximum.reduceat, in about half the time (memory-bound)
-        by_centroid = torch.from_numpy(np.ascontiguousarray(scores.T))
-        centroid_scores = by_centroid.index_select(0, torch.from_numpy(self.doc_centroids[rows]))
-        best = torch.segment_reduce(centroid_scores, "max", lengths=torch.from_numpy(lengths), axis=0)  # [docs, q]
-        approx = best.numpy() @ np.asarray(query_weights, dtype=np.float32)
+        # [candidates' centroids, q] rows gathered from [nlist, q] and max-reduced per document along contiguous
+        # rows, CENTROID_STAGE_DOCS documents at a time so that the gathered rows stay in cache: the same values as
+        # one [q, entries] gather reduced along its rows, in a third of the time (memory-bound)
+        by_centroid = np.ascontiguousarray(scores.T)
+        centroids = self.doc_centroids[rows]
+        bounds = np.append(firsts, len(rows))  # entries of documents [a, b): bounds[a]:bounds[b]
+        blocks = [(a, min(a + CENTROID_STAGE_DOCS, len(docs))) for a in range(0, len(docs), CENTROID_STAGE_DOCS)]
+        best = np.concatenate([  # [docs, q]
+            np.maximum.reduceat(by_centroid[centroids[bounds[a]:bounds[b]]], firsts[a:b] - bounds[a], axis=0)
+            for a, b in blocks])
+        approx = best @ np.asarray(query_weights, dtype=np.float32)
         return np.sort(docs[np.argpartition(-approx, neighbours - 1)[:neighbours]])
 
 
