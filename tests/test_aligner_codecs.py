@@ -5,6 +5,7 @@ import faiss
 import numpy as np
 import pytest
 
+from pyserini_ext.index import aligner_codecs
 from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index
 from pyserini_ext.index.aligner_codecs import CANDIDATES, CODECS, CentroidCandidates, ResidualPQStore
 
@@ -70,9 +71,12 @@ def test_centroid_candidates_find_the_documents_of_query_tokens(encoded, tmp_pat
     assert 7 in everything and len(kept) == 5 and set(kept) <= set(everything)
 
 
-def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(encoded, tmp_path):
+@pytest.mark.parametrize("block", [7, 256])
+def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(encoded, tmp_path, monkeypatch, block):
     """The kept documents are the best by sum_i w_i max over the document's tokens of q_i . centroid(token),
-    computed here token by token (the generator uses each document's distinct centroids)."""
+    computed here token by token (the generator uses each document's distinct centroids, `block` documents at a
+    time: many blocks and a partial last one, or a single block)."""
+    monkeypatch.setattr(aligner_codecs, "CENTROID_STAGE_DOCS", block)
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
                                           nlist=64, pq_m=8, progress=False), nprobe=4)
     rng = np.random.default_rng(1)
