@@ -122,3 +122,21 @@ def test_document_similarities_are_the_decoded_tokens_inner_products(encoded, tm
         assert not similarities[i, lengths[i]:].any() and not weights[i, lengths[i]:].any()
     with pytest.raises(ValueError, match="32-dim token vectors"):
         index.document_similarities(docs, queries[:, :16])
+
+
+@pytest.mark.parametrize("scores_per_block", [64, 1 << 24])
+def test_flat_candidates_are_the_documents_of_each_query_tokens_nearest_tokens(encoded, tmp_path, monkeypatch,
+                                                                               scores_per_block):
+    """Exact: the documents of the 10 highest-scoring stored tokens of each query token, whether the tokens are
+    scored in many blocks (64 scores: 21 tokens per block for 3 query tokens, a partial last block) or in one."""
+    monkeypatch.setattr(aligner_codecs, "FLAT_SCORES_PER_BLOCK", scores_per_block)
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False))
+    rng = np.random.default_rng(2)
+    vectors = index.codec.decode(np.arange(index.tokens))
+    for n in (3, 5, 1):
+        queries = rng.normal(size=(n, 32)).astype(np.float32)
+        nearest = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+        np.testing.assert_array_equal(index.candidates.candidates(queries, np.ones(n, dtype=np.float32), 10),
+                                      np.unique(index.doc_of_token[nearest]))
+    everything = index.candidates.candidates(queries, np.ones(1, dtype=np.float32), 10**6)  # k > tokens: all
+    assert len(everything) == len(index)

@@ -9,7 +9,7 @@ Codecs (`CODECS`), one small interface: `fit(vectors, options)` -> codec, `write
 
 Candidate generators (`CANDIDATES`): `build(files, vectors, codec, doc_of_token, options)`,
 `read(files, codec, doc_of_token, options)`, `candidates(query_vectors, query_weights, neighbours)` -> document rows.
-  flat      nothing stored; an exact Faiss IndexFlatIP over the decoded vectors, built when the index opens.
+  flat      nothing stored; exact: every decoded vector scored by a blocked matrix product (torch), top-k merged.
   ivfpq     a token-level Faiss IVF-PQ index (candidates.faiss, about 42 bytes per token).
   hnsw      a token-level Faiss HNSW index (candidates.faiss).
   centroid  PLAID-style, from the centroid ids the residual-pq codes already hold: inverted lists centroid ->
@@ -27,10 +27,13 @@ from typing import ClassVar
 
 import faiss
 import numpy as np
+import torch
 
 from pyserini_ext.errors import IndexFolderError
 
 BATCH = 65536
+# query-token scores per block of the flat candidate stage (64 MB of float32)
+FLAT_SCORES_PER_BLOCK = 1 << 24
 # documents per block of the centroid stage (SciFact: blocks of 64-256 ran about 2x faster than of 1024+)
 CENTROID_STAGE_DOCS = 256
 
@@ -223,8 +226,16 @@ class FaissTokenCandidates(CandidateGenerator):
         return np.unique(self.doc_of_token[token_ids[token_ids >= 0]])
 
 
-class FlatCandidates(FaissTokenCandidates):
+class FlatCandidates(CandidateGenerator):
+    """Exact: the documents owning any of the `neighbours` highest-scoring tokens of any query token, every stored
+    token scored by a matrix product, in blocks whose top `neighbours` are merged. Nothing stored; the decoded
+    vectors are kept in memory when the index opens. (Faiss's IndexFlatIP search with k = 256 took 1.4x the time of
+    this product and torch's top-k on SciFact; batching queries into one product did not pay on an AMD CPU, whose
+    float32 products ran at ~40 GFLOP/s, and torch's top-k is 5x slower per score on short rows.)"""
     name = "flat"
+
+    def __init__(self, vectors: np.ndarray, doc_of_token: np.ndarray):
+        self.vectors, self.doc_of_token = torch.from_numpy(vectors), doc_of_token
 
     @classmethod
     def build(cls, files, vectors, codec, doc_of_token, options):
@@ -232,10 +243,25 @@ class FlatCandidates(FaissTokenCandidates):
 
     @classmethod
     def read(cls, files, codec, doc_of_token, options):
-        index = faiss.IndexFlatIP(options["dim"])
-        for start in range(0, len(doc_of_token), BATCH):
-            index.add(codec.decode(np.arange(start, min(start + BATCH, len(doc_of_token)))))
-        return cls(index, doc_of_token)
+        tokens = len(doc_of_token)
+        vectors = np.empty((tokens, options["dim"]), dtype=np.float32)
+        for start in range(0, tokens, BATCH):
+            vectors[start:start + BATCH] = codec.decode(np.arange(start, min(start + BATCH, tokens)))
+        return cls(vectors, doc_of_token)
+
+    def candidates(self, query_vectors, query_weights, neighbours):
+        rows = torch.from_numpy(np.ascontiguousarray(query_vectors, dtype=np.float32))
+        k = min(neighbours, len(self.vectors))
+        block = max(k, FLAT_SCORES_PER_BLOCK // max(1, len(rows)))
+        best_scores = torch.empty(len(rows), 0)
+        best_ids = torch.empty(len(rows), 0, dtype=torch.int64)
+        for start in range(0, len(self.vectors), block):
+            top = torch.topk(rows @ self.vectors[start:start + block].T, min(k, len(self.vectors) - start), dim=1)
+            merged_scores = torch.cat([best_scores, top.values], dim=1)
+            merged_ids = torch.cat([best_ids, top.indices + start], dim=1)
+            keep = torch.topk(merged_scores, min(k, merged_scores.shape[1]), dim=1).indices
+            best_scores, best_ids = merged_scores.gather(1, keep), merged_ids.gather(1, keep)
+        return np.unique(self.doc_of_token[best_ids.numpy()])
 
 
 class StoredTokenCandidates(FaissTokenCandidates):
