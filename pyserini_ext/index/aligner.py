@@ -14,7 +14,7 @@ Two steps, so that one (slow) encoding serves several pruning ratios:
    codes.npy + codec.faiss   uint8 [tokens, code bytes] + trained IVF-PQ   (codec "residual-pq": centroid id
                    + PQ code of the residual, ColBERTv2-style; decoded with Faiss `sa_decode`)
    candidates.faiss          token-level ANN index (candidates "ivfpq" or "hnsw"); "flat" stores nothing
-                   and builds an exact IndexFlatIP from the stored vectors when the index is opened.
+                   and keeps the stored vectors as float32 in memory for an exact search when the index is opened.
    centroid_docs.npy + centroid_offsets.npy   inverted lists centroid -> documents (candidates "centroid",
                    PLAID-style, from the centroid ids inside the residual-pq codes: no second index)
 
