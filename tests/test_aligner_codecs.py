@@ -140,3 +140,15 @@ def test_flat_candidates_are_the_documents_of_each_query_tokens_nearest_tokens(e
                                       np.unique(index.doc_of_token[nearest]))
     everything = index.candidates.candidates(queries, np.ones(1, dtype=np.float32), 10**6)  # k > tokens: all
     assert len(everything) == len(index)
+
+
+def test_flat_index_scores_documents_from_its_decoded_copy(encoded, tmp_path):
+    """The flat generator's float32 copy gives exact scoring the codec's own token similarities."""
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False))
+    assert index.candidates.decoded is not None and index.candidates.decoded.dtype == np.float32
+    queries = np.random.default_rng(3).normal(size=(4, 32)).astype(np.float32)
+    docs = np.array([0, 7, 123, 299])
+    similarities, _, mask = index.document_similarities(docs, queries)
+    for row, doc in enumerate(docs):
+        tokens = np.arange(index.offsets[doc], index.offsets[doc + 1])
+        np.testing.assert_allclose(similarities[row][mask[row]], index.codec.similarities(tokens, queries), rtol=1e-6)

@@ -375,7 +375,10 @@ class AlignerIndex:
                              f"{self.metadata['dim']}-dim token vectors")
         rows, weights, mask = self._padded_rows(doc_indices)
         similarities = np.zeros(rows.shape + (len(query_vectors),), dtype=np.float32)
-        similarities[mask] = self.codec.similarities(rows[mask], np.ascontiguousarray(query_vectors, np.float32))
+        queries = np.ascontiguousarray(query_vectors, np.float32)
+        decoded = self.candidates.decoded
+        similarities[mask] = (decoded[rows[mask]] @ queries.T if decoded is not None
+                              else self.codec.similarities(rows[mask], queries))
         return similarities, weights, mask
 
     def _padded_rows(self, doc_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

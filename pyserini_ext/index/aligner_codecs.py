@@ -198,6 +198,9 @@ CODECS: dict[str, type[TokenCodec]] = {c.name: c for c in (Float16Store, Residua
 class CandidateGenerator(ABC):
     name: ClassVar[str]
     default_neighbours: ClassVar[int] = 256  # a searcher's `neighbours` when it is not given
+    # every stored vector decoded to float32, where the generator keeps them in memory (flat): exact scoring gathers
+    # rows from it instead of decoding the codec's rows again (3x faster than float16 -> float32 per batch)
+    decoded: np.ndarray | None = None
 
     @classmethod
     @abstractmethod
@@ -235,7 +238,7 @@ class FlatCandidates(CandidateGenerator):
     name = "flat"
 
     def __init__(self, vectors: np.ndarray, doc_of_token: np.ndarray):
-        self.vectors, self.doc_of_token = torch.from_numpy(vectors), doc_of_token
+        self.decoded, self.vectors, self.doc_of_token = vectors, torch.from_numpy(vectors), doc_of_token
 
     @classmethod
     def build(cls, files, vectors, codec, doc_of_token, options):
