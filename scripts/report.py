@@ -98,7 +98,8 @@ LABELS = {
     **{f"{f}-{m}": f"{name}({', '.join({'bm25': 'BM25', 'deepct-query': 'DeepCT-Query'}.get(r, r) for r in runs)})"
        for f, name in FUSIONS.items() for m, runs in FUSED_RUNS.items()},
 }
-DEEPCT_GRID = tuple(itertools.product((0.9, 2.0, 5.0, 10.0), (0.4, 0.7, 0.9)))
+# k1 up to 50: with 2.0-10.0 only, the best mean was the grid's edge (10); 20 and 50 were added on 2026-12-03
+DEEPCT_GRID = tuple(itertools.product((0.9, 2.0, 5.0, 10.0, 20.0, 50.0), (0.4, 0.7, 0.9)))
 DEEPCT_QLJM_GRID = (0.1, 0.2, 0.4, 0.6, 0.8, 0.9)  # Jelinek-Mercer lambda (weight of the collection model)
 PRUNING_BETAS = (1.0, 0.4, 0.2, 0.1)
 # RRF's k (Pyserini's default 60), chosen on the development queries (nDCG@10 at k 10 / 30 / 60 / 100). SciFact
@@ -640,7 +641,9 @@ class Report:
         tag = model_tag(self.model("deepct"))
         cache = self.root / f"deepct-tuning.{tag}.json"
         result = json.loads(cache.read_text()) if cache.exists() else {}
-        if "qljm_grid" not in result:  # a cache from before QL-JM was tuned: search both grids again
+        searched = ({(r["k1"], r["b"]) for r in result.get("grid", [])},
+                    {r["lambda"] for r in result.get("qljm_grid", [])})
+        if searched != (set(DEEPCT_GRID), set(DEEPCT_QLJM_GRID)):  # no cache, or one of other grids: search again
             result = self._deepct_grids()
             atomic_write_text(cache, json.dumps(result, indent=1))
             self.save_timings()
