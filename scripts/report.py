@@ -283,20 +283,35 @@ def _pyplot():
     return plt
 
 
+def method_family(method: str) -> str:
+    """'baseline', 'ours', or the fusion's name: what the effectiveness plot colours a bar by."""
+    if method in BASE_METHODS:
+        return "ours" if method in (*OURS, "deepct-qljm", *DEEPCT_QUERY) else "baseline"
+    return FUSIONS[method.split("-", 1)[0]]
+
+
 def plot_effectiveness(results: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> Path:
+    """One panel per dataset, a labelled horizontal bar per method (20+ methods: a legend of colours would not
+    be readable), coloured by family, with its nDCG@10 written at the bar's end."""
     plt = _pyplot()
     datasets = list(results)
     methods = [m for m in METHODS if any(m in results[d] for d in datasets)]
-    width = 0.8 / max(1, len(methods))
-    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(datasets)), 4.5))
-    for i, method in enumerate(methods):
-        xs = [j + (i - (len(methods) - 1) / 2) * width for j in range(len(datasets))]
-        ax.bar(xs, [results[d].get(method, {}).get("ndcg_cut_10", 0.0) for d in datasets], width,
-               label=LABELS.get(method, method))
-    ax.set_xticks(range(len(datasets)), datasets)
-    ax.set_ylabel("nDCG@10")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    colours = {"baseline": "0.6", "ours": "tab:blue", **dict(zip(FUSIONS.values(), ("tab:orange", "tab:green")))}
+    fig, axes = plt.subplots(1, len(datasets), sharey=True, squeeze=False,
+                             figsize=(3 + 2.6 * len(datasets), 1.5 + 0.26 * len(methods)))
+    rows = range(len(methods))[::-1]  # the first method at the top
+    for ax, dataset in zip(axes[0], datasets):
+        values = [results[dataset].get(m, {}).get("ndcg_cut_10") for m in methods]
+        ax.barh(rows, [v or 0.0 for v in values], color=[colours[method_family(m)] for m in methods])
+        top = max((v for v in values if v is not None), default=1.0)
+        for row, value in zip(rows, values):
+            ax.text((value or 0.0) + 0.01 * top, row, "–" if value is None else f"{value:.3f}", va="center",
+                    fontsize=6)
+        ax.set_xlim(0, 1.18 * top)
+        ax.set_title(dataset)
+        ax.set_xlabel("nDCG@10")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(list(rows), [LABELS.get(m, m) for m in methods], fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -86,6 +86,8 @@ def test_tables_and_plots(tmp_path):
     assert report.summary_table(results).splitlines()[2:] == [
         "| BM25 (k1 0.9, b 0.4) | 0.3123 | 0.5000 | 0.4062 |",
         "| RRF(BM25, minilm) | 0.4000 | – | – |"]  # no mean over a partial row
+    assert [report.method_family(m) for m in ("minilm", "deepct-qljm", "aligner", "rrf-minilm", "norm-ours")] == [
+        "baseline", "ours", "ours", "RRF", "min-max"]
     for plot in (report.plot_effectiveness(results, tmp_path / "e.png"),
                  report.plot_size(results, tmp_path / "s.png"),
                  report.plot_pruning({"scifact": {1.0: {"ndcg_cut_10": 0.6}, 0.4: {"ndcg_cut_10": 0.58}}},
