@@ -129,6 +129,28 @@ def test_fusion_steps_through_pyserini_fusion(tmp_path):
     assert r.steps["run"] == 2
 
 
+def test_deepct_tuning_cache_is_searched_again_for_another_grid(tmp_path, monkeypatch):
+    """A cache of the present grids is reused; one of another grid (an older, narrower k1 range) is not."""
+    args = report.build_parser().parse_args(["--workdir", str(tmp_path / "w")])
+    r = report.Report(args)
+    searches = []
+
+    def grids():
+        searches.append(1)
+        return {"k1": 20.0, "b": 0.4, "lambda": 0.8, "grid": [{"k1": k1, "b": b} for k1, b in report.DEEPCT_GRID],
+                "qljm_grid": [{"lambda": x} for x in report.DEEPCT_QLJM_GRID]}
+
+    monkeypatch.setattr(r, "_deepct_grids", grids)
+    cache = r.root / f"deepct-tuning.{report.model_tag(r.model('deepct'))}.json"
+    narrower = grids()
+    narrower.update(k1=10.0, grid=[row for row in narrower["grid"] if row["k1"] <= 10])
+    cache.write_text(json.dumps(narrower))
+    searches.clear()
+    assert r.tune_deepct()["k1"] == 20.0 and len(searches) == 1  # searched again, and written
+    assert r.tune_deepct()["k1"] == 20.0 and len(searches) == 1  # now reused
+    assert json.loads(cache.read_text())["k1"] == 20.0
+
+
 def test_subset_and_model_fingerprint(tmp_path):
     corpus = {str(i): {"text": f"d{i}"} for i in range(10)}
     assert list(report.subset_corpus(corpus, ["8", "3"], 2)) == ["0", "1", "3", "8"]
