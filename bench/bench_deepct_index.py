@@ -20,7 +20,7 @@ from pyserini_ext.data import document_text, load_dataset
 from pyserini_ext.index.deepct import write_term_frequency_index
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.deepct import DeepCTModel
-from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, word_term_frequencies
+from pyserini_ext.models.deepct_terms import pseudo_document
 
 
 def folder_size(path: Path) -> int:
@@ -39,7 +39,7 @@ def main() -> None:
     start = time.time()
     weights = model.word_weights([document_text(corpus[d]) for d in docids])
     model_seconds = time.time() - start
-    word_tfs = {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(docids, weights)}
+    word_tfs = {d: model.index_tf.term_frequencies(w) for d, w in zip(docids, weights)}  # the model's tf rule
     total_tf = sum(sum(t.values()) for t in word_tfs.values())
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

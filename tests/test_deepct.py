@@ -7,7 +7,13 @@ from transformers import AutoModelForTokenClassification
 
 from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words
-from pyserini_ext.models.deepct_terms import merge_word_weights, pseudo_document, term_frequency, word_term_frequencies
+from pyserini_ext.models.deepct_terms import (
+    TermFrequencyRule,
+    merge_word_weights,
+    pseudo_document,
+    term_frequency,
+    word_term_frequencies,
+)
 from pyserini_ext.train.deepct import collate, make_examples, masked_mse, term_recall
 
 
@@ -61,6 +67,23 @@ def test_subword_merge_rules():
     assert pseudo_document({"b": 2, "a": 1}) == "b b a"
     with pytest.raises(ValueError, match="unknown tf mode"):
         term_frequency(0.5, mode="log")
+
+
+def test_term_frequency_rules_max_and_sum():
+    occurrences = [("insulin", 0.25), ("mouse", -0.3), ("insulin", 0.09), ("a", 0.0), ("insulin", 0.0)]
+    assert TermFrequencyRule().term_frequencies(occurrences) == {"insulin": 25}  # the released code's rule
+    assert TermFrequencyRule(mode="sqrt").term_frequencies(occurrences) == {"insulin": 50}
+    # sum: every occurrence adds its own tf, as a pseudo-document writing each occurrence out would hold
+    assert TermFrequencyRule(merge="sum").term_frequencies(occurrences) == {"insulin": 34}
+    assert TermFrequencyRule(mode="sqrt", merge="sum").term_frequencies(occurrences) == {"insulin": 80}
+    assert TermFrequencyRule(scale=1.0, merge="sum").term_frequencies([("x", 0.4)] * 3) == {}  # each rounds to 0
+    rule = TermFrequencyRule(mode="sqrt", merge="sum")
+    assert rule.with_overrides(scale=None, mode="linear") == TermFrequencyRule(merge="sum")
+    assert TermFrequencyRule.from_settings(None) == TermFrequencyRule()
+    for bad, message in (({"merge": "mean"}, "unknown tf merge"), ({"mode": "log"}, "unknown tf mode"),
+                         ({"scale": 0}, "scale must be > 0")):
+        with pytest.raises(ValueError, match=message):
+            TermFrequencyRule(**bad)
 
 
 def test_first_piece_weight_is_the_word_weight(untrained):

@@ -12,6 +12,7 @@ import pytest
 
 from pyserini_ext.data import document_text, write_topics, write_trec_qrels
 from pyserini_ext.encode.deepct import DeepCTQueryEncoder, DeepCTQueryWeigher
+from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.evaluation import evaluate, read_trec_run, write_trec_run
 from pyserini_ext.index.deepct import (
     build_deepct_index,
@@ -23,8 +24,10 @@ from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.models.deepct_terms import (
     AnalyzerSettings,
+    TermFrequencyRule,
     merge_word_weights,
     pseudo_document,
+    term_frequency,
     word_term_frequencies,
 )
 from pyserini_ext.search.lucene import ClassicLuceneSearcher
@@ -98,7 +101,7 @@ def test_bad_documents_are_kept_and_counted(untrained, tmp_path, caplog):
     assert "2 of 3 documents have no term with tf >= 1" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # every weight rounds to 0
-        report = build_deepct_index(untrained, corpus, tmp_path / "idx0", scale=0.001)
+        report = build_deepct_index(untrained, corpus, tmp_path / "idx0", TermFrequencyRule(scale=0.001))
     assert (report.documents, report.empty_documents) == (3, 3)
     assert "3 of 3 documents" in caplog.text
     searcher = ClassicLuceneSearcher(tmp_path / "idx0")
@@ -106,8 +109,37 @@ def test_bad_documents_are_kept_and_counted(untrained, tmp_path, caplog):
     with pytest.raises(FileExistsError):
         build_deepct_index(untrained, corpus, tmp_path / "idx")
     with pytest.raises(ValueError, match="unknown tf mode"):
-        build_deepct_index(untrained, corpus, tmp_path / "bad", mode="cube")
+        build_deepct_index(untrained, corpus, tmp_path / "bad", TermFrequencyRule(mode="cube"))
     assert not (tmp_path / "bad").exists()
+
+
+def test_index_follows_the_models_tf_rule(untrained, tmp_path):
+    """A model folder names its index's tf rule (deepct_config.json `index_tf`); the index uses it unless told
+    otherwise, records it, and with merge "sum" a repeated word's tf is the sum over its occurrences."""
+    from pyserini.index.lucene import LuceneIndexReader
+
+    rule = TermFrequencyRule(scale=1000.0, mode="sqrt", merge="sum")
+    folder = DeepCTModel(untrained.encoder, untrained.tokenizer, untrained.max_length, rule).save_pretrained(
+        tmp_path / "model")
+    model = DeepCTModel.from_pretrained(folder)
+    assert model.index_tf == rule
+    text = "insulin resistance: insulin and insulin receptors"
+    occurrences = [w for word, w in model.word_weights([text])[0] if word == "insulin"]
+    assert len(occurrences) == 3 and len(set(occurrences)) == 3  # context gives each occurrence its own weight
+    corpus = {"d": {"title": "", "text": text}}
+    build_deepct_index(model, corpus, tmp_path / "sum")
+    build_deepct_index(model, corpus, tmp_path / "max", model.index_tf.with_overrides(merge="max"))
+    assert {k: read_index_metadata(tmp_path / "sum")[k] for k in ("scale", "mode", "merge")} == \
+        {"scale": 1000.0, "mode": "sqrt", "merge": "sum"}
+    assert read_index_metadata(tmp_path / "max")["merge"] == "max"
+    tf = {name: LuceneIndexReader(str(tmp_path / name)).get_term_counts("insulin", analyzer=None)[1]
+          for name in ("sum", "max")}
+    assert tf == {"sum": sum(term_frequency(w, 1000.0, "sqrt") for w in occurrences),
+                  "max": term_frequency(max(occurrences), 1000.0, "sqrt")}
+    settings = json.loads((folder / "deepct_config.json").read_text())
+    (folder / "deepct_config.json").write_text(json.dumps({**settings, "index_tf": {"merge": "mean"}}))
+    with pytest.raises(ModelFolderError, match="unusable index_tf.*unknown tf merge"):
+        DeepCTModel.from_pretrained(folder)
 
 
 def test_interrupted_build_leaves_nothing(untrained, tmp_path):
@@ -122,8 +154,8 @@ def test_interrupted_build_leaves_nothing(untrained, tmp_path):
 
 def test_analyzer_option(untrained, tmp_path):
     corpus = {"d": {"title": "", "text": "the running mice"}}
-    build_deepct_index(untrained, corpus, tmp_path / "porter", scale=1000)
-    build_deepct_index(untrained, corpus, tmp_path / "none", scale=1000,
+    build_deepct_index(untrained, corpus, tmp_path / "porter", TermFrequencyRule(scale=1000))
+    build_deepct_index(untrained, corpus, tmp_path / "none", TermFrequencyRule(scale=1000),
                        analyzer=AnalyzerSettings("none", keep_stopwords=True))
     from pyserini.index.lucene import LuceneIndexReader
 

@@ -1,7 +1,7 @@
 """`pyserini-ext deepct ...`: train, index, search, query.
 
     pyserini-ext deepct train  --dataset scifact --split train --model splade-tiny --output M --epochs 8
-    pyserini-ext deepct index  --model M --dataset scifact --output I [--mode sqrt] [--stemmer none]
+    pyserini-ext deepct index  --model M --dataset scifact --output I [--mode sqrt] [--merge sum] [--stemmer none]
     pyserini-ext deepct search --index I --topics T.tsv --output run.txt --qljm --lambda 0.1
     pyserini-ext deepct search --index PLAIN --topics T.tsv --output run.txt --query-model M   (DeepCT-Query)
     pyserini-ext deepct query  --model M "what is insulin resistance"
@@ -24,7 +24,7 @@ from pyserini_ext.cli.options import (
 )
 from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
-from pyserini_ext.models.deepct_terms import STEMMERS, TF_MODES, AnalyzerSettings
+from pyserini_ext.models.deepct_terms import STEMMERS, TF_MERGES, TF_MODES, AnalyzerSettings
 from pyserini_ext.registry import resolve_model
 
 
@@ -39,8 +39,11 @@ class DeepCTTrainOptions(TrainingOptions):
 @dataclass(kw_only=True)
 class DeepCTIndexOptions(IndexingOptions):
     corpus: str | None = option(None, help="corpus.jsonl with _id (or id), title, text")
-    scale: float = option(100.0, help="tf = round(scale * weight)", min=0.0)
-    mode: str = option("linear", choices=TF_MODES, help="weight -> tf")
+    scale: float | None = option(None, help="tf = round(scale * weight) (default: the model's index_tf, else 100)",
+                                 min=0.0)
+    mode: str | None = option(None, choices=TF_MODES, help="weight -> tf (default: the model's, else linear)")
+    merge: str | None = option(None, choices=TF_MERGES, help="a repeated word: max = its largest weight's tf, "
+                               "sum = every occurrence's tf added (default: the model's, else max)")
     stemmer: str = option("porter", choices=STEMMERS, help="index analyzer's stemmer")
     keep_stopwords: bool = option(False, help="index stopwords too")
     max_length: int | None = option(None, help="window size in pieces (default: the model's)", min=3)
@@ -80,16 +83,16 @@ def index(options: DeepCTIndexOptions) -> None:
 
         encode_on_ray("deepct", model_path, corpus, options.output, options.workers, ray_address=options.ray_address,
                       options=options.ray_options(max_length=options.max_length, scale=options.scale,
-                                                  mode=options.mode, analyzer=analyzer,
+                                                  mode=options.mode, merge=options.merge, analyzer=analyzer,
                                                   overwrite=options.overwrite))
         print(f"indexed {len(corpus)} documents on {options.workers} Ray workers -> {options.output}")
         return
     model = RuntimeDeepCTModel(model_path, options.runtime())
     model.model.max_length = cap_max_length(options.max_length, model.model.encoder.config.max_position_embeddings) \
         or model.max_length
-    report = build_deepct_index(model, corpus, options.output, scale=options.scale, mode=options.mode,
-                                analyzer=analyzer, batch_size=options.batch_size, overwrite=options.overwrite,
-                                model_name=str(options.model))
+    rule = model.index_tf.with_overrides(scale=options.scale, mode=options.mode, merge=options.merge)
+    report = build_deepct_index(model, corpus, options.output, rule, analyzer=analyzer, batch_size=options.batch_size,
+                                overwrite=options.overwrite, model_name=str(options.model))
     print(f"indexed {report.documents} documents ({report.empty_documents} empty), total tf {report.total_tf}, "
           f"in {report.seconds:.0f}s -> {options.output}")
 

@@ -26,6 +26,7 @@ from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.models.deepct_terms import (
     DEFAULT_ANALYZER,
     AnalyzerSettings,
+    TermFrequencyRule,
     WordAnalyzer,
     merge_word_weights,
     word_term_frequencies,
@@ -41,7 +42,7 @@ class OnnxDeepCTModel(DeepCTModel):
     """A DeepCTModel whose forward runs the exported graph on ONNX Runtime; the word rules are the model's."""
 
     def __init__(self, model: DeepCTModel, session):
-        super().__init__(model.encoder, model.tokenizer, model.max_length)
+        super().__init__(model.encoder, model.tokenizer, model.max_length, model.index_tf)
         self.session = session
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -66,6 +67,10 @@ class RuntimeDeepCTModel:
     @property
     def max_length(self) -> int:
         return self.model.max_length
+
+    @property
+    def index_tf(self) -> TermFrequencyRule:
+        return self.model.index_tf
 
     def word_weights(self, texts: list[str], batch_size: int = 64) -> list[list[tuple[str, float]]]:
         with self.runtime.autocast():
@@ -100,12 +105,13 @@ class DeepCTQueryEncoder(QueryEncoder):
 
 
 class DeepCTDocumentEncoder(DocumentEncoder):
-    def __init__(self, model_name: DeepCTModel | str | os.PathLike, scale: float = 100.0, mode: str = "linear",
-                 analyzer: AnalyzerSettings = DEFAULT_ANALYZER, device: str = "cpu", backend: str = "torch",
-                 precision: str = "float32", threads: int | None = None, onnx_dir: str | None = None,
-                 **_pyserini_kwargs):
+    def __init__(self, model_name: DeepCTModel | str | os.PathLike, scale: float | None = None,
+                 mode: str | None = None, merge: str | None = None, analyzer: AnalyzerSettings = DEFAULT_ANALYZER,
+                 device: str = "cpu", backend: str = "torch", precision: str = "float32", threads: int | None = None,
+                 onnx_dir: str | None = None, **_pyserini_kwargs):
+        """scale / mode / merge: the tf rule (models/deepct_terms.py); each defaults to the model's `index_tf`."""
         self.model = RuntimeDeepCTModel(model_name, EncoderRuntime(backend, device, precision, threads, onnx_dir))
-        self.scale, self.mode = scale, mode
+        self.rule = self.model.index_tf.with_overrides(scale=scale, mode=mode, merge=merge)
         self.words = WordAnalyzer(analyzer)
 
     def encode(self, texts: list[str], titles: list[str] | None = None, **_pyserini_kwargs) -> list[dict[str, int]]:
@@ -113,6 +119,6 @@ class DeepCTDocumentEncoder(DocumentEncoder):
         (Pyserini's `max_length` does not truncate them)."""
         encoded = []
         for weights in self.model.word_weights(document_texts(texts, titles)):
-            word_tfs = word_term_frequencies(merge_word_weights(weights), self.scale, self.mode)
+            word_tfs = self.rule.term_frequencies(weights)
             encoded.append({t: int(tf) for t, tf in self.words.term_weights(word_tfs).items()})
         return encoded

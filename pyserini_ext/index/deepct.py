@@ -33,10 +33,8 @@ from pyserini_ext.errors import InputError
 from pyserini_ext.models.deepct_terms import (
     DEFAULT_ANALYZER,
     AnalyzerSettings,
+    TermFrequencyRule,
     WordAnalyzer,
-    merge_word_weights,
-    term_frequency,
-    word_term_frequencies,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,11 +100,12 @@ def read_index_metadata(index_dir: str | os.PathLike) -> dict:
 
 
 def build_deepct_index(model, corpus: Mapping[str, Mapping[str, str]], out_dir: str | os.PathLike,
-                       scale: float = 100.0, mode: str = "linear", analyzer: AnalyzerSettings = DEFAULT_ANALYZER,
+                       rule: TermFrequencyRule | None = None, analyzer: AnalyzerSettings = DEFAULT_ANALYZER,
                        batch_size: int = 64, chunk_docs: int = 256, overwrite: bool = False,
                        model_name: str | None = None) -> IndexReport:
-    """Weigh every passage (title + text) with `model` (a DeepCTModel) and write the DeepCT index."""
-    term_frequency(0.0, scale, mode)  # validate the mode before any model work
+    """Weigh every passage (title + text) with `model` (a DeepCTModel) and write the DeepCT index; `rule`: how
+    word weights become tf (default: the model's `index_tf`)."""
+    rule = rule or model.index_tf
 
     def documents():
         docids = list(corpus)
@@ -114,9 +113,9 @@ def build_deepct_index(model, corpus: Mapping[str, Mapping[str, str]], out_dir: 
             chunk = docids[start:start + chunk_docs]
             texts = sanitize_texts((document_text(corpus[d]) for d in chunk), "corpus")
             for docid, text, weights in zip(chunk, texts, model.word_weights(texts, batch_size=batch_size)):
-                yield docid, word_term_frequencies(merge_word_weights(weights), scale, mode), json.dumps(
+                yield docid, rule.term_frequencies(weights), json.dumps(
                     {"id": docid, "contents": text}, ensure_ascii=False)
 
-    metadata = {"model": model_name, "scale": scale, "mode": mode, "max_length": model.max_length}
+    metadata = {"model": model_name, **asdict(rule), "max_length": model.max_length}
     return write_term_frequency_index(documents(), out_dir, analyzer, metadata, overwrite, total=len(corpus))
 

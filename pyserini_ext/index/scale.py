@@ -67,8 +67,8 @@ def encode_on_ray(kind: str, model: str | os.PathLike, corpus: Mapping[str, Mapp
 
     ray_address: None starts a local Ray (or joins the one this process already started); "auto" or
     "ray://host:port" joins a cluster. options: device, batch_size, max_length, runtime (EncoderRuntime fields),
-    and for the index writers: deepct {scale, mode, analyzer}, aligner {beta_d, reduction, duplicate_cosine, codec,
-    candidates, pq_m, pq_bits, nlist}.
+    and for the index writers: deepct {scale, mode, merge (None: the model's index_tf), analyzer}, aligner {beta_d,
+    reduction, duplicate_cosine, codec, candidates, pq_m, pq_bits, nlist}.
     """
     import ray
     from ray.util import ActorPool
@@ -120,10 +120,11 @@ def _write(kind: str, model: str, corpus: Mapping[str, Mapping[str, str]], parts
         from pyserini_ext.models.deepct import DeepCTModel
         from pyserini_ext.models.deepct_terms import DEFAULT_ANALYZER
 
-        max_length = options.get("max_length") or DeepCTModel.from_pretrained(model).max_length
-        build_deepct_index(_PrecomputedWeights([w for part in parts for w in part], max_length), corpus, output,
-                           scale=options.get("scale", 100.0), mode=options.get("mode", "linear"),
-                           analyzer=options.get("analyzer", DEFAULT_ANALYZER), model_name=model,
+        loaded = DeepCTModel.from_pretrained(model)
+        rule = loaded.index_tf.with_overrides(**{k: options.get(k) for k in ("scale", "mode", "merge")})
+        build_deepct_index(_PrecomputedWeights([w for part in parts for w in part],
+                                               options.get("max_length") or loaded.max_length), corpus, output,
+                           rule, analyzer=options.get("analyzer", DEFAULT_ANALYZER), model_name=model,
                            overwrite=options.get("overwrite", False))
         return output
     from pyserini_ext.index.aligner import EncodedCorpus, build_index

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForTokenClassification
 
 from pyserini_ext.errors import ModelFolderError
+from pyserini_ext.models.deepct_terms import TermFrequencyRule
 from pyserini_ext.models.folder import (
     DEEPCT,
     config_file,
@@ -105,20 +106,27 @@ def window_inputs(tokenizer, windows: list[list[Word]]) -> tuple[dict[str, torch
 class DeepCTModel(torch.nn.Module):
     """Token-level term weights: `forward(input_ids, attention_mask) -> [batch, length]` (no activation)."""
 
-    def __init__(self, token_classifier, tokenizer, max_length: int = 128):
+    def __init__(self, token_classifier, tokenizer, max_length: int = 128,
+                 index_tf: TermFrequencyRule | None = None):
         super().__init__()
         if token_classifier.config.num_labels != 1:
             raise ValueError(f"DeepCT needs a token classifier with 1 label, got {token_classifier.config.num_labels}")
         self.encoder = token_classifier
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.index_tf = index_tf or TermFrequencyRule()  # how its index turns word weights into tf
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int | None = None) -> DeepCTModel:
         """Load a DeepCT folder of ours or a published one-label token classifier (e.g. macavaney/deepct);
         any other folder is a ModelFolderError (use `from_backbone` to start training from a backbone)."""
         checked = open_model_folder(name_or_path, DEEPCT)
-        return cls._load(checked.path, max_length or checked.settings.get("max_length", 128))
+        model = cls._load(checked.path, max_length or checked.settings.get("max_length", 128))
+        try:
+            model.index_tf = TermFrequencyRule.from_settings(checked.settings.get("index_tf"))
+        except (TypeError, ValueError) as e:
+            raise ModelFolderError(f"{checked.path / DEEPCT_CONFIG}: unusable index_tf ({e})") from None
+        return model
 
     @classmethod
     def from_backbone(cls, name_or_path: str | os.PathLike, max_length: int = 128) -> DeepCTModel:
@@ -149,7 +157,8 @@ class DeepCTModel(torch.nn.Module):
         with saving(out_dir) as out:
             save_transformer(self.encoder, out, encoder_dtype)
             self.tokenizer.save_pretrained(str(out))
-            settings = {"model_type": DEEPCT, "max_length": self.max_length, **card}
+            settings = {"model_type": DEEPCT, "max_length": self.max_length, "index_tf": asdict(self.index_tf),
+                        **card}
             (out / DEEPCT_CONFIG).write_text(json.dumps(settings, indent=1))
         return Path(out_dir)
 

@@ -3,6 +3,10 @@
 Rules (the released DeepCT code):
   word weight = weight of the word's first piece; negative -> 0; a repeated word keeps its max weight;
   tf = round(scale * w) ("linear") or round(scale * sqrt(w)) ("sqrt"), scale 100; words with tf < 1 dropped.
+`TermFrequencyRule` holds (scale, mode, merge) for an index: merge "max" is the rule above, "sum" adds the tf of
+every occurrence of a word (as a pseudo-document that wrote each occurrence out would), which keeps the passage's
+own term frequency beside the model's weights. A model folder names the rule its index should use (`index_tf` in
+deepct_config.json; the released code's rule where it names none).
 The original wrote each word tf times into a pseudo-document and indexed it with Anserini's default analyzer;
 `WordAnalyzer` runs each word through that same analyzer (`AnalyzerSettings` picks the stemmer and stopwords),
 and words that analyze to the same term add their weights, as repeated tokens would. The index
@@ -12,9 +16,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TF_MODES = ("linear", "sqrt")
+TF_MERGES = ("max", "sum")
 STEMMERS = ("porter", "krovetz", "none")
 
 
@@ -83,6 +88,43 @@ def word_term_frequencies(word_weights: Mapping[str, float], scale: float = 100.
     """{word: tf}, words whose tf rounds below 1 dropped."""
     tfs = {word: term_frequency(w, scale, mode) for word, w in word_weights.items()}
     return {word: tf for word, tf in tfs.items() if tf >= 1}
+
+
+@dataclass(frozen=True)
+class TermFrequencyRule:
+    """How one passage's (word, weight) occurrences become {word: integer tf} in a DeepCT index."""
+
+    scale: float = 100.0
+    mode: str = "linear"  # tf = round(scale * w), or round(scale * sqrt(w))
+    merge: str = "max"  # a repeated word: its largest weight's tf (the released code), or the sum of every occurrence's
+
+    def __post_init__(self):
+        if self.mode not in TF_MODES:
+            raise ValueError(f"unknown tf mode {self.mode!r}; known: {', '.join(TF_MODES)}")
+        if self.merge not in TF_MERGES:
+            raise ValueError(f"unknown tf merge {self.merge!r}; known: {', '.join(TF_MERGES)}")
+        if not self.scale > 0:
+            raise ValueError(f"tf scale must be > 0, got {self.scale}")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping | None) -> TermFrequencyRule:
+        """The rule a model folder names (`index_tf` in its settings), else the released code's."""
+        return cls(**(settings or {}))
+
+    def with_overrides(self, scale: float | None = None, mode: str | None = None,
+                       merge: str | None = None) -> TermFrequencyRule:
+        """This rule with the given (not None) fields replaced: the CLI's and encoders' options over a model's rule."""
+        given = {"scale": scale, "mode": mode, "merge": merge}
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
+
+    def term_frequencies(self, occurrences: Iterable[tuple[str, float]]) -> dict[str, int]:
+        """{word: tf >= 1} for one passage's (word, weight) occurrences, in text order."""
+        if self.merge == "max":
+            return word_term_frequencies(merge_word_weights(occurrences), self.scale, self.mode)
+        tfs: dict[str, int] = {}
+        for word, weight in occurrences:
+            tfs[word] = tfs.get(word, 0) + term_frequency(float(weight), self.scale, self.mode)
+        return {word: tf for word, tf in tfs.items() if tf >= 1}
 
 
 def pseudo_document(word_tfs: Mapping[str, int]) -> str:

@@ -17,6 +17,7 @@ import torch
 from pyserini_ext.data.text import document_text
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
 from pyserini_ext.models.deepct import DeepCTModel, pack_windows, split_words, window_inputs
+from pyserini_ext.models.deepct_terms import TermFrequencyRule
 from pyserini_ext.train.data import LabelledData
 from pyserini_ext.train.distill import DistillationSet
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
@@ -131,6 +132,9 @@ class DeepCTModelConfig:
     # probability >= teacher_min_mass over the training queries (less is too little evidence)
     teacher_min_mass: float = 0.5
     store_dtype: str = "float32"  # "float16" halves the saved weights (they load back as float32)
+    # the tf rule the saved folder names for its index (deepct_config.json `index_tf`; the CLI can override it);
+    # None: the start folder's rule, or the released code's for a backbone
+    index_tf: TermFrequencyRule | None = None
 
 
 def train_deepct(model: DeepCTModelConfig, data: LabelledData | DistillationSet, config: TrainConfig | None = None,
@@ -163,6 +167,7 @@ def train_deepct(model: DeepCTModelConfig, data: LabelledData | DistillationSet,
 
     losses = train(deepct, make_batches, deepct_loss, config, steps_per_epoch, desc="train deepct",
                    checkpoint_dir=checkpoint_dir)
+    deepct.index_tf = model.index_tf or deepct.index_tf
     if out_dir is not None:
         deepct.save_pretrained(out_dir, encoder_dtype=getattr(torch, model.store_dtype), base_model=name,
                               training_examples=len(examples), **log)
