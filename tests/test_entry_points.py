@@ -172,6 +172,7 @@ def test_deepct_through_pyserinis_own_learned_sparse_route(scifact, tmp_path, on
     from pyserini_ext.encode.deepct import DeepCTQueryEncoder
     from pyserini_ext.index.deepct import build_deepct_index
     from pyserini_ext.models.deepct import DeepCTModel
+    from pyserini_ext.models.deepct_terms import TermFrequencyRule
 
     docs = {d: scifact.corpus[d] for d in sorted(scifact.corpus)[:60]}
     write_json_collection(docs, tmp_path / "collection")
@@ -190,7 +191,8 @@ def test_deepct_through_pyserinis_own_learned_sparse_route(scifact, tmp_path, on
 
     model_dir = registry.resolve_model("deepct")
     ours = tmp_path / "deepct-index"
-    build_deepct_index(DeepCTModel.from_pretrained(model_dir), docs, ours)
+    # the encoder writes the released code's tf rule for the impact route (encode/deepct.py), not the model's
+    build_deepct_index(DeepCTModel.from_pretrained(model_dir), docs, ours, TermFrequencyRule())
     searcher = LuceneImpactSearcher(str(ours), DeepCTQueryEncoder(model_dir))
     cli = read_trec_run(run)
     for qid, text in TOPICS.items():
