@@ -62,9 +62,11 @@ report: $(INSTALLED)
 
 # retrain the three shipped models by distillation (2 h 4 min measured on 2 Xeon cores with bf16 kernels; resumable;
 # models whose folder in resources/models is complete are skipped: delete a folder to retrain it)
+# MODELS_ARGS: e.g. "--only deepct" or "--device cuda" (python -m pyserini_ext.train.recipes --help)
+MODELS_ARGS ?=
 models: $(INSTALLED)
 	scripts/seed_datasets.sh
-	$(BIN)/python -m pyserini_ext.train.recipes --output resources/models --work runs/models
+	$(BIN)/python -m pyserini_ext.train.recipes --output resources/models --work runs/models $(MODELS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

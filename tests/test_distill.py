@@ -1,6 +1,8 @@
 """The distillation data path: deterministic pseudo-queries, cached teacher scores, and a short run that helps."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -167,6 +169,41 @@ def test_train_command_distils_on_a_dataset_folder(small_task, tmp_path, capsys,
     assert main(args + ["--output", str(tmp_path / "m2")]) == 0  # the second run reuses the scores
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == cached
     assert json.loads((tmp_path / "m2" / "training_log.json").read_text())["losses"] == log["losses"]
+
+
+def test_make_models_recipe_writes_card_and_log_and_resumes(distilled_set, tmp_path, one_thread):
+    """`make models`' train_model: staged then renamed, with model card and log; a rerun resumes the checkpoint."""
+    import json
+
+    from pyserini_ext.train.deepct import DeepCTModelConfig
+    from pyserini_ext.train.recipes import RECIPES, Recipe, recipe_on, train_model
+
+    _, _, data = distilled_set
+    from pyserini_ext.train.recipes import main
+
+    for device in ("cuda:x", "cuda"):
+        if device == "cuda" and torch.cuda.is_available():
+            continue
+        with pytest.raises(SystemExit):  # refused before the distillation set is built
+            main(["--device", device, "--work", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
+    on_cuda = recipe_on("aggretriever", "cuda")
+    assert on_cuda.train.device == "cuda" and on_cuda.model == RECIPES["aggretriever"].model
+    assert on_cuda.train.precision == "bf16" and recipe_on("aggretriever", "cuda", "fp32").train.precision == "fp32"
+    assert on_cuda.train.max_steps == RECIPES["aggretriever"].train.max_steps
+    assert RECIPES["aggretriever"].train.device == "cpu"
+    recipe = Recipe(DeepCTModelConfig("splade-tiny"), TrainConfig(max_steps=3, batch_size=4))
+    output = train_model("deepct", data, tmp_path / "models" / "deepct", tmp_path / "work", recipe)
+    log = json.loads((output / "training_log.json").read_text())
+    assert len(log["losses"]) == 3 and log["recipe"]["train"]["max_steps"] == 3
+    assert log["command"] == "python -m pyserini_ext.train.recipes --only deepct"
+    card = (output / "README.md").read_text()
+    assert "3 steps" in card and f"{len(data.queries)} training queries" in card and "CPU threads" in card
+    assert sorted(p.name for p in output.parent.iterdir()) == ["deepct"]  # no staging folder left
+    # the finished checkpoint is what a rerun returns: a learning rate of 0 would give other losses if it retrained
+    frozen = Recipe(recipe.model, replace(recipe.train, learning_rate=0.0))
+    again = train_model("deepct", data, output, tmp_path / "work", frozen)
+    assert json.loads((again / "training_log.json").read_text())["losses"] == log["losses"]
 
 
 def test_a_bare_bert_body_gets_a_tied_identity_head(minilm_dir):
