@@ -1,7 +1,7 @@
 """GPU training check: the three trainers on CUDA (fp32 and bf16 autocast) beside the same steps on the CPU.
 
     python bench/gpu_train_check.py prepare BUNDLE   # here: a small distillation set (BM25 needs the JVM) + backbone
-    python bench/gpu_train_check.py run BUNDLE [--steps 40] [--only deepct ...] [--backbone FOLDER]
+    python bench/gpu_train_check.py run BUNDLE [--steps 40] [--only deepct ...] [--backbone FOLDER] [--profile]
 
 `prepare` builds a distillation set of SciFact passages (the positives of 100 train queries plus random others;
 those queries labelled, one pseudo-query per passage) with the real teachers, and copies splade-tiny's folder,
@@ -10,6 +10,8 @@ so that the device machine, which has neither Pyserini nor a JVM nor our backbon
 prints the steady seconds per step and the loss (mean of the first and last 10 steps). Dropout masks come from each
 device's own generator, so the curves agree in trend, not digit for digit. Then each CUDA-trained model is
 saved, and the saved folder is loaded by our encoders on the CPU and on CUDA: their outputs must agree.
+`--profile` adds each model's top operators by device time over 4 fp32 and 4 bf16 steps (why bf16 was slower
+than fp32 on an H200 in the 2026-12-04 run, docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -75,7 +77,22 @@ def _trainer(kind: str, backbone: str):
     return train_aligner, model, {"batch_size": 16, "group_size": 4}
 
 
-def run(bundle: Path, steps: int, kinds: list[str], backbone: Path, out: Path, device: str) -> None:
+def _profiled(train, model, data, config, out: Path, rows: int = 12) -> str:
+    """The operators that took the most device time (CPU time on a CPU) over a short training run."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_cuda = torch.device(config.device).type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    with profile(activities=activities) as profiler:
+        train(model, data, config, out / "profile")
+        if on_cuda:
+            torch.cuda.synchronize()
+    return profiler.key_averages().table(sort_by="self_device_time_total" if on_cuda else "self_cpu_time_total",
+                                         row_limit=rows)
+
+
+def run(bundle: Path, steps: int, kinds: list[str], backbone: Path, out: Path, device: str,
+        profile: bool = False) -> None:
     from gpu_check import _encoders, _pyserini_base_classes
 
     from pyserini_ext.train.distill import DistillationSet
@@ -112,6 +129,11 @@ def run(bundle: Path, steps: int, kinds: list[str], backbone: Path, out: Path, d
             if losses and not np.isfinite(losses).all():
                 print(f"{kind:13} train {where:4} {precision}  NON-FINITE LOSS", flush=True)
         defaults[kind] = f"{kind}-{device}-bf16"
+        if profile:
+            for precision in ("fp32", "bf16"):
+                config = TrainConfig(max_steps=4, seed=3, device=device, precision=precision, log_every=1000, **shape)
+                print(f"{kind:13} profile {device} {precision}, 4 steps:\n{_profiled(train, model, data, config, out)}",
+                      flush=True)
     # the CUDA-trained folders, loaded back by our encoders on both devices
     (out / "defaults.json").write_text(json.dumps(defaults))
     makers, _ = _encoders(out, batch=64)
@@ -131,13 +153,16 @@ def main() -> None:
     parser.add_argument("--backbone", type=Path, help="default: the bundle's splade-tiny folder")
     parser.add_argument("--out", type=Path, default=Path("/tmp/gpu-train-check"))
     parser.add_argument("--device", default="cuda", help="cpu only to dry-run this script")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the operators that take the time in 4 fp32 and 4 bf16 steps of each model")
     args = parser.parse_args()
     if args.steps < 12:
         parser.error("--steps must be at least 12")
     if args.action == "prepare":
         prepare(args.bundle)
     else:
-        run(args.bundle, args.steps, args.only, args.backbone or args.bundle / "splade-tiny", args.out, args.device)
+        run(args.bundle, args.steps, args.only, args.backbone or args.bundle / "splade-tiny", args.out, args.device,
+            args.profile)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,14 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, aggregate, slice_layout, slice_max
+from pyserini_ext.models.aggretriever import (
+    Aggretriever,
+    AggretrieverConfig,
+    aggregate,
+    fold_slices,
+    slice_layout,
+    slice_max,
+)
 
 
 def numpy_slices(v: np.ndarray, width: int) -> np.ndarray:
@@ -208,3 +215,72 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(fresh_compile_state)
     assert agg._compile_failed
     np.testing.assert_array_equal(got.numpy(), agg.position_slice_maxima(logits, weights, 640).numpy())
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("pooling", ["agg*", "agg+"])
+@pytest.mark.parametrize("vocab", [3660, 1100, 2000])
+@pytest.mark.parametrize("block_rows", [None, 3])
+def test_training_path_equals_autograd_through_v(pooling, vocab, block_rows, monkeypatch):
+    """Training takes `weighted_softmax_slice_max` (a sparse backward); in float64 its values and the gradients of
+    every parameter equal autograd's through v = max_i w_i softmax(l_i) (`lexical`) and `slice_max`, with negative
+    weights, padded sequences, a [CLS]-only one, and vocabularies that drop ids (2000, 3660 for agg+) or pad them;
+    in one block of rows and in blocks of 3."""
+    import pyserini_ext.models.aggretriever as agg
+
+    if block_rows:
+        monkeypatch.setattr(agg, "_row_blocks", lambda logits: [(a, min(a + block_rows, len(logits)))
+                                                                for a in range(0, len(logits), block_rows)])
+    torch.manual_seed(5)
+    config = BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)
+    model = Aggretriever(BertForMaskedLM(config), AggretrieverConfig(agg_dim=640, cls_dim=8, pooling=pooling))
+    model = model.double().train()
+    torch.nn.init.normal_(model.tok_proj.weight, std=1.0)
+    for module in model.modules():  # no dropout: both passes must see the same network
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    input_ids = torch.randint(5, vocab, (4, 9))
+    mask = torch.ones_like(input_ids)
+    mask[1, 5:] = 0
+    mask[2, 1:] = 0  # [CLS] alone
+    mask[3, 7:] = 0
+    probe = torch.randn(4, 8 + 640, dtype=torch.float64)
+
+    def loss_and_grads(reference: bool):
+        model.zero_grad()
+        if reference:
+            hidden = model._mlm.hidden_states(input_ids, mask)
+            width = 640 if pooling == "agg+" else 1280
+            agg = fold_slices(slice_max(model.lexical(input_ids, mask, hidden), width), pooling != "agg+")
+            out = torch.cat((model.dense(mask, hidden), agg), dim=-1)
+        else:
+            out = model(input_ids, mask)
+        (out * probe).sum().backward()
+        return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    got, got_grads = loss_and_grads(reference=False)
+    expected, expected_grads = loss_and_grads(reference=True)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    assert got_grads.keys() == expected_grads.keys()
+    assert got_grads["tok_proj.weight"].abs().sum() > 0
+    for name in expected_grads:
+        torch.testing.assert_close(got_grads[name], expected_grads[name], rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_training_path_runs_under_bfloat16_autocast(tiny_mlm):
+    """Under autocast the logits come in bfloat16: the values are float32 and close to float32's, the gradients
+    reach the heads."""
+    model = Aggretriever(copy.deepcopy(tiny_mlm), AggretrieverConfig(agg_dim=8, cls_dim=4, pooling="agg+")).train()
+    input_ids = torch.randint(5, tiny_mlm.config.vocab_size, (2, 6))
+    mask = torch.ones_like(input_ids)
+    mask[1, 4:] = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    exact = model(input_ids, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(input_ids, mask)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low, exact, rtol=5e-2, atol=5e-2)
+    low.sum().backward()
+    assert model.tok_proj.weight.grad.abs().sum() > 0

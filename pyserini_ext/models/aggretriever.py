@@ -11,6 +11,8 @@ Memory and time: the reference computes v from a batch x length x vocab tensor (
 batch). When encoding, only the non-padding positions go through the MLM head, `position_chunk` rows at a time,
 and v itself is never built: each position's slice maxima go into a running max of the slice maxima
 (`Aggretriever.slice_maxima`); the result is the same (the padded positions' zeros are put back into the max).
+Training computes the same values in blocks of rows and differentiates them with a sparse backward
+(`weighted_softmax_slice_max`): 1.5-1.8x faster per training step on a CPU than autograd through v.
 """
 from __future__ import annotations
 
@@ -87,6 +89,89 @@ def slice_max(lexical: Tensor, width: int) -> Tensor:
     return lexical.reshape(lexical.shape[0], -1, width).amax(1)
 
 
+class _WeightedSoftmaxSliceMax(torch.autograd.Function):
+    """`slice_max(v, width)` of v[b, t] = max over sequence b's rows i of w_i * softmax(l_i)[t] (the padded
+    sequences' zeros included), from the rows' logits [N, vocab] and weights [N], for training.
+
+    Forward: each row's slice maxima in log space (`position_slice_maxima`, blocks of rows), never the [N, vocab]
+    probabilities; then the max over each sequence's rows, keeping the winning row. Each output is one (row, id)'s
+    w_i p_i[t], so its gradient goes to that winner alone: d/dw_i = p_i[t], d/dl_i = w_i p_i[t] (e_t - p_i). The
+    backward finds each winner's id among its slice's ~vocab/width ids and writes the logits' gradient in one pass
+    over [N, vocab], where autograd through v makes and reads several [N, vocab] tensors (each a fresh allocation,
+    whose page faults alone cost about as much as a pass). Ties (equal values to the last bit) send the whole
+    gradient to one winner where autograd's max would split it."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, weights: Tensor, lengths: list[int], floored: list[bool], width: int) -> Tensor:
+        rows, vocab = logits.shape
+        if sum(lengths) != rows:
+            raise ValueError(f"lengths add up to {sum(lengths)} rows, but there are {rows} rows of logits")
+        compute = torch.promote_types(logits.dtype, torch.float32)
+        per_row = logits.new_empty((rows, width), dtype=compute)
+        log_total = logits.new_empty((rows, 1), dtype=compute)
+        for start, end in _row_blocks(logits):
+            per_row[start:end], log_total[start:end] = _slice_maxima_and_log_total(
+                logits[start:end], weights[start:end], width)
+        out = per_row.new_zeros((len(lengths), width))
+        winners = torch.full((len(lengths), width), -1, dtype=torch.long, device=logits.device)
+        offset = 0
+        for b, (length, floor) in enumerate(zip(lengths, floored)):
+            if length:
+                values, best = per_row[offset:offset + length].max(0)
+                won = values > 0 if floor else values != 0  # else a padded zero (no gradient) is the max
+                out[b] = torch.where(won, values, torch.zeros_like(values))
+                winners[b] = torch.where(won, best + offset, torch.full_like(best, -1))
+            offset += length
+        ctx.width = width
+        ctx.save_for_backward(logits, weights, log_total, winners)
+        return out  # float32 (float64 for float64 logits), as the reference's softmax gives under autocast
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        logits, weights, log_total, winners = ctx.saved_tensors
+        vocab, width, compute = logits.shape[1], ctx.width, log_total.dtype
+        live = winners >= 0
+        rows = winners[live]
+        grad = grad_out[live].to(compute)
+        weight = weights.to(compute)[rows]
+        # the winning id: the largest logit of the row's slice (the smallest for a negative weight) among its real ids
+        shift = slice_layout(vocab, width)
+        slice_ids = (torch.arange((vocab - shift) // width, device=logits.device)[:, None] * width
+                     + torch.arange(width, device=logits.device) + max(shift, 0))  # [slice rows, width]
+        ids = slice_ids.t()[live.nonzero()[:, 1]]  # [winners, slice rows]
+        real = ids < vocab
+        candidates = logits[rows[:, None], ids.clamp(max=vocab - 1)].to(compute)
+        positive = weight > 0
+        candidates = torch.where(real, candidates, torch.where(positive, -torch.inf, torch.inf)[:, None])
+        pick = torch.where(positive, candidates.argmax(1), candidates.argmin(1))
+        columns = ids.gather(1, pick[:, None])[:, 0]
+        probability = torch.exp(logits[rows, columns].to(compute) - log_total[rows, 0])
+        grad_weights = log_total.new_zeros(len(weights)).index_add_(0, rows, grad * probability)
+        coefficient = grad * weight * probability  # w_i p_i[t] per winning entry
+        row_totals = log_total.new_zeros(len(weights)).index_add_(0, rows, coefficient)
+        grad_logits = torch.empty_like(logits)
+        for start, end in _row_blocks(logits):  # -p_i x the row's total, then the winners' own terms
+            grad_logits[start:end] = torch.exp(logits[start:end].to(compute) - log_total[start:end]).mul_(
+                -row_totals[start:end, None])
+        grad_logits.index_put_((rows, columns), coefficient.to(logits.dtype), accumulate=True)
+        return grad_logits, grad_weights.to(weights.dtype), None, None, None
+
+
+def _row_blocks(logits: Tensor) -> list[tuple[int, int]]:
+    """Blocks of rows whose float32 copy stays small (~16 MB) on a CPU: a fresh [N, vocab] array costs page faults
+    as long as a pass over it; all rows at once on an accelerator."""
+    rows = len(logits) if logits.device.type != "cpu" else max(1, (1 << 22) // max(logits.shape[1], 1))
+    return [(start, min(start + rows, len(logits))) for start in range(0, len(logits), rows)]
+
+
+def weighted_softmax_slice_max(logits: Tensor, weights: Tensor, lengths: list[int], floored: list[bool],
+                               width: int) -> Tensor:
+    """[batch, width] = `slice_max(v, width)` for v as `Aggretriever.lexical` defines it, from the non-padding
+    positions' logits [N, vocab] and weights [N] grouped by sequence (`lengths` rows each; `floored`: the sequence
+    has padding, whose zeros join the max), with a sparse backward (`_WeightedSoftmaxSliceMax`)."""
+    return _WeightedSoftmaxSliceMax.apply(logits, weights, lengths, floored, width)
+
+
 def fold_slices(pooled: Tensor, full: bool) -> Tensor:
     """agg* (full=True): each pair of slice maxima becomes one signed value; agg+: the slice maxima as they are."""
     if not full:
@@ -125,12 +210,19 @@ def position_slice_maxima(logits: Tensor, weights: Tensor, width: int, bias: Ten
     In log space, without writing the probabilities: softmax is monotone within a row, so a slice's largest
     probability is exp(its largest logit - logsumexp(l_i)), and its smallest (what a negative w_i picks, as w_i * p
     then falls as p rises) exp(smallest logit - logsumexp(l_i))."""
-    logits = logits.float() if bias is None else logits.float() + bias
+    return _slice_maxima_and_log_total(logits, weights, width, bias)[0]
+
+
+def _slice_maxima_and_log_total(logits: Tensor, weights: Tensor, width: int, bias: Tensor | None = None
+                                ) -> tuple[Tensor, Tensor]:
+    """`position_slice_maxima` and each row's logsumexp [rows, 1], in float32 (float64 for float64 logits)."""
+    compute = torch.promote_types(logits.dtype, torch.float32)
+    logits = logits.to(compute) if bias is None else logits.to(compute) + bias
     log_total = torch.logsumexp(logits, 1, keepdim=True)
     largest = torch.exp(_slice_extrema(logits, width, largest=True) - log_total)
     smallest = torch.exp(_slice_extrema(logits, width, largest=False) - log_total)
-    weights = weights.float()[:, None]
-    return torch.where(weights < 0, smallest, largest) * weights
+    weights = weights.to(compute)[:, None]
+    return torch.where(weights < 0, smallest, largest) * weights, log_total
 
 
 # torch.compile (inductor) fuses position_slice_maxima into a few passes over each block, where eager torch writes
@@ -261,16 +353,19 @@ class Aggretriever(nn.Module):
         return torch.stack(rows)
 
     def slice_maxima(self, input_ids: Tensor, attention_mask: Tensor, hidden: Tensor) -> Tensor:
-        """`slice_max(lexical(...))`, [batch, slice width], without building v when nothing needs gradients.
+        """`slice_max(lexical(...))`, [batch, slice width], without building v.
 
         The max over positions and the max over a slice commute, so each position is first reduced to its own
         slice maxima (`position_slice_maxima`, in log space from each block of logits); the max over positions
         then runs over [rows, width] instead of [rows, vocab]."""
         width = slice_width(self.config.agg_dim, self.config.pooling != "agg+")
-        if self.config.pooling == "no-mlm" or (torch.is_grad_enabled() and hidden.requires_grad):
+        if self.config.pooling == "no-mlm":
             return slice_max(self.lexical(input_ids, attention_mask, hidden), width)
         mask = attention_mask[:, 1:].bool()
         flat_weights = self.tok_proj(hidden[:, 1:][mask]).squeeze(-1)
+        if torch.is_grad_enabled() and hidden.requires_grad:  # training: the same values, a sparse backward
+            return weighted_softmax_slice_max(self._mlm.logits(hidden[:, 1:][mask]), flat_weights,
+                                              mask.sum(1).tolist(), (~mask.all(dim=1)).tolist(), width)
         # Each [chunk, vocab] block of logits is written once by one matrix product (the bias is a row of the
         # decoder columns: addmm would first copy it into the block) into one reused buffer.
         device = hidden.device.type

@@ -47,7 +47,8 @@ RECIPES = {
     "deepct": Recipe(DeepCTModelConfig("splade-tiny", index_tf=TermFrequencyRule(mode="sqrt", merge="sum")),
                      TrainConfig(learning_rate=1e-4, epochs=6, batch_size=16)),
     # MiniLM body with a tied MLM head; one pass of [CLS] alignment (~7 min), then one epoch of the listwise stage
-    # (976 steps) under bf16 autocast (~2.7 s/step; fp32 ~4.4 s). agg+ rather than agg*: with the same training it
+    # (976 steps) under bf16 autocast (~2.7 s/step; fp32 ~4.4 s; about 1.5x less since the sparse backward of the
+    # lexical part, docs/bench.md). agg+ rather than agg*: with the same training it
     # ranked better on both development sets (nDCG@10, SciFact train 400 queries 0.6779 vs 0.6632; MS MARCO triples
     # dev 0.8976 vs 0.8827). 976 bf16 steps over 600 fp32 ones: SciFact train 0.7045 vs 0.6779 (docs/training.md)
     "aggretriever": Recipe(AggretrieverModelConfig("all-minilm-l6-v2", architecture=AggretrieverConfig(pooling="agg+"),
