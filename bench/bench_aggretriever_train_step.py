@@ -9,7 +9,9 @@ and inputs; prints the median seconds per step of each and the ratio, and the la
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -36,6 +38,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each path (after one warm-up each)")
     parser.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     folder = _model("aggretriever", args.model, "aggretriever_config.json")
@@ -55,6 +58,7 @@ def main() -> None:
     print(f"Aggretriever training step, {folder}: {len(queries)} queries x {QUERY_MAX_LENGTH} + {len(passages)} "
           f"passages x {PASSAGE_MAX_LENGTH} tokens, {args.threads} threads, median of {args.steps} steps")
     print(f"{'precision':10} {'reference s':>12} {'sparse s':>9} {'speed-up':>9} {'max grad diff':>14}")
+    report = {}
     for precision in args.precision:
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
@@ -78,6 +82,10 @@ def main() -> None:
         diff = max((grads["sparse"][n] - g).abs().max().item() for n, g in grads["reference"].items())
         reference, sparse = np.median(times["reference"]), np.median(times["sparse"])
         print(f"{precision:10} {reference:12.3f} {sparse:9.3f} {reference / sparse:8.2f}x {diff:14.2e}", flush=True)
+        report[precision] = {"reference_s": float(reference), "sparse_s": float(sparse),
+                             "speedup": float(reference / sparse), "max_grad_diff": diff}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

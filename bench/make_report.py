@@ -62,6 +62,8 @@ def main() -> None:
                     "--dataset", dataset, "--split", split, "--docs", "10000000", "--encoded",
                     str(corpus_encoding(args.corpus_encodings.resolve(), folder)), "--compressed", "pq16x8,nprobe4",
                     "pq32x6,nprobe4"], tmp / f"aligner-{folder}.json"))
+        runs.append(run("bench_aggretriever_train_step.py", ["--steps", "2" if args.quick else "5"],
+                        tmp / "train_step.json"))
         runs.append(run("bench_scale_ray.py", ["--docs", "64" if args.quick else "600"], tmp / "ray.json"))
         deepct = subprocess.run([sys.executable, str(HERE / "bench_deepct_index.py"), "--docs", docs],
                                 check=True, capture_output=True, text=True, cwd=HERE).stdout
