@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyserini_ext.data import (
+    atomic_output,
     data_home,
     load_dataset,
     read_triples,
@@ -121,13 +122,12 @@ BM25_K1_B = (0.9, 0.4)  # Pyserini's defaults, for BM25 on the plain index
 
 
 # ---------------------------------------------------------------------------------------------------------
-# small helpers (candidates for pyserini_ext once the lead decides where they belong)
+# small helpers of this script
 
 def atomic_write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write `text` to `path` through pyserini-ext's atomic output (a complete file or none, even on Ctrl-C)."""
+    with atomic_output(path, overwrite=True) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
 
 
