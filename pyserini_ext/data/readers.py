@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from pyserini_ext.data.text import sanitize_texts
+from pyserini_ext.data.text import sanitize, sanitize_texts
 from pyserini_ext.errors import InputError
 
 ID_KEYS = ("_id", "id", "docid")  # BEIR, Pyserini JsonCollection, MS MARCO style
@@ -127,6 +127,19 @@ def read_corpus(path: str | os.PathLike) -> dict[str, dict[str, str]]:
                 title, text = "", _field(record, "contents", file, line_no)
             corpus[docid] = {"title": title, "text": text}
     return _sanitized(corpus, str(path))
+
+
+def iter_corpus(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, str]]]:
+    """`read_corpus`'s (docid, {"title", "text"}) one record at a time, for builds that never hold the corpus: ids
+    and texts are checked as there, except duplicates, which the index build finds (streaming.py)."""
+    for file in corpus_files(path):
+        for line_no, record in iter_jsonl(file):
+            docid = check_id(_record_id(record, file, line_no), f"{file}:{line_no}")
+            if "title" in record or "text" in record:
+                title, text = _field(record, "title", file, line_no), _field(record, "text", file, line_no)
+            else:
+                title, text = "", _field(record, "contents", file, line_no)
+            yield docid, {"title": sanitize(title)[0], "text": sanitize(text)[0]}
 
 
 def _sanitized(corpus: dict[str, dict[str, str]], where: str) -> dict[str, dict[str, str]]:
