@@ -1,7 +1,8 @@
 """Raw Lucene/Anserini calls through pyjnius that Pyserini 1.6 does not expose. Nothing model-specific.
 
 * similarities (Jelinek-Mercer query likelihood, BM25) set on an Anserini `SimpleSearcher`;
-* weighted bag-of-words queries (a BooleanQuery of boosted TermQuerys);
+* weighted bag-of-words queries (a BooleanQuery of boosted TermQuerys), and the analysis and document
+  frequencies a searcher needs to fit a long query to Lucene's clause limit;
 * an IndexWriter that indexes documents given as {term: term frequency}.
 
 Why the writer looks the way it does (no `javac` here, so no Java subclass of TokenStream is possible):
@@ -15,7 +16,7 @@ a field fail).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from java_bridge import autoclass
 
@@ -57,10 +58,27 @@ def max_query_terms() -> int:
     return autoclass("org.apache.lucene.search.BooleanQuery").getMaxClauseCount()
 
 
+def searcher_index_reader(simple_searcher):
+    """The IndexReader of an `io.anserini.search.SimpleSearcher` (a protected field: read like the similarity)."""
+    return autoclass("org.apache.commons.lang3.reflect.FieldUtils").readField(simple_searcher, "reader", True)
+
+
+def document_frequencies(index_reader, terms: Iterable[str], field: str = CONTENTS_FIELD) -> dict[str, int]:
+    """{term: number of documents whose `field` holds it}; 0 for a term absent from the index."""
+    term_cls = autoclass("org.apache.lucene.index.Term")
+    return {term: index_reader.docFreq(term_cls(field, term)) for term in terms}
+
+
+def analyze_text(analyzer, text: str) -> list[str]:
+    """`text` as Anserini's query generator sees it: the analyzer's terms, repeats kept (AnalyzerUtils.analyze)."""
+    return list(autoclass("io.anserini.analysis.AnalyzerUtils").analyze(analyzer, text).toArray())
+
+
 def weighted_terms_query(weights: Mapping[str, float], field: str = CONTENTS_FIELD):
     """BooleanQuery of SHOULD clauses `BoostQuery(TermQuery(field:term), weight)`; terms must be analyzed.
 
-    Non-positive weights are rejected: Lucene forbids negative boosts and a zero boost only adds noise.
+    Non-positive weights are rejected: Lucene forbids negative boosts and a zero boost only adds noise. With
+    weight = the term's count in the query this is the query Anserini's BagOfWordsQueryGenerator builds from text.
     """
     if not weights:
         raise ValueError("weighted query needs at least one term")
@@ -148,3 +166,45 @@ class TermFrequencyIndexWriter:
         """Close without committing (nothing loadable is left behind)."""
         self._writer.rollback()
         self._directory.close()
+
+
+def merge_indexes(parts: list[str | os.PathLike], output: str | os.PathLike, max_segments: int | None = 1,
+                  merge_factor: int = 10) -> None:
+    """Join the Lucene indexes `parts`, in that order, into a new index at `output` (an empty or absent folder).
+
+    Documents keep the parts' order (Lucene docids follow it): IndexWriter.addIndexes copies the parts' segments
+    in order, and a LogDocMergePolicy only ever merges adjacent segments, into the place of the first (a
+    TieredMergePolicy may merge non-adjacent ones, or, in forceMerge, order them by size). `max_segments`: then
+    forceMerge down to that many segments (None: keep the parts' segments). Every file is read through
+    NIOFSDirectory, never memory-mapped, and merges run one at a time over at most `merge_factor` segments, so the
+    memory this needs does not grow with the index.
+    """
+    from jnius import cast
+
+    if not parts:
+        raise ValueError("merge_indexes needs at least one part")
+    path_of = autoclass("java.io.File")
+    nio = autoclass("org.apache.lucene.store.NIOFSDirectory")
+    policy = autoclass("org.apache.lucene.index.LogDocMergePolicy")()
+    policy.setMergeFactor(max(2, int(merge_factor)))
+    config = autoclass("org.apache.lucene.index.IndexWriterConfig")()
+    config.setOpenMode(autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode").CREATE)
+    config.setMergePolicy(policy)
+    config.setMergeScheduler(autoclass("org.apache.lucene.index.SerialMergeScheduler")())
+    directory = nio(path_of(str(output)).toPath())
+    # cast: pyjnius matches a list against Directory[] only when its items are typed as Directory
+    sources = [cast("org.apache.lucene.store.Directory", nio(path_of(str(p)).toPath())) for p in parts]
+    writer = autoclass("org.apache.lucene.index.IndexWriter")(directory, config)
+    try:
+        writer.addIndexes(*sources)
+        if max_segments is not None:
+            writer.forceMerge(int(max_segments))
+        writer.commit()
+        writer.close()
+    except BaseException:
+        writer.rollback()
+        raise
+    finally:
+        for source in sources:
+            source.close()
+        directory.close()

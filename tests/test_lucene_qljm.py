@@ -9,7 +9,7 @@ import pytest
 from pyserini_ext.cli.lucene import main as lucene_cli
 from pyserini_ext.evaluation import read_trec_run
 from pyserini_ext.index.lucene import build_lucene_index
-from pyserini_ext.search.lucene import ClassicLuceneSearcher
+from pyserini_ext.search.lucene import ClassicLuceneSearcher, FittedQuery, fit_query_terms
 
 # stopword-free, stem-stable words so the hand computation sees the indexed terms as written
 SCORE_TOLERANCE = 1.5e-4  # Anserini's SimpleSearcher rounds scores to 4 decimals
@@ -87,16 +87,69 @@ def test_cli_writes_qljm_run(plain_index, tmp_path):
     assert "q2" not in hits  # stopword-only query: no hits (and a warning), not an error
 
 
-def test_query_beyond_lucenes_clause_limit_is_cut_with_a_warning(plain_index, tmp_path, caplog):
-    """A 5,000-word query would fail the whole batch inside Anserini; it is cut to the clause limit instead."""
+def test_long_query_keeps_the_terms_that_can_match(plain_index, tmp_path, caplog):
+    """5,000 words whose only indexed ones come last: the absent terms go, the known ones are searched."""
     topics = tmp_path / "topics.tsv"
-    topics.write_text("long\tcherry apple " + " ".join(f"filler{i}" for i in range(4998)) + "\nshort\tapple cherry\n")
+    topics.write_text("long\t" + " ".join(f"filler{i}" for i in range(4998)) + " cherry apple\nshort\tapple cherry\n")
     run = tmp_path / "run.txt"
     assert lucene_cli(["search", "--index", str(plain_index), "--topics", str(topics), "--output", str(run),
                        "--qljm", "--hits", "10"]) == 0
     hits = read_trec_run(run)
-    assert hits["long"] == hits["short"]  # the fillers match nothing; the first 1024 terms keep cherry and apple
-    assert "query long has more than 1024 distinct terms" in caplog.text and "first 1024 of 5000 words" in caplog.text
+    assert [d for d, _ in hits["long"]] == ["d2", "d1"] and hits["long"] == hits["short"]
+    assert ("query long has 5000 distinct terms, more than Lucene's clause limit of 1024: dropped 4998 absent from "
+            "the index and 0 lowest-weighted; searching with 2") in caplog.text
+
+
+def test_long_weighted_query_keeps_the_terms_that_can_match(plain_index, caplog):
+    """The DeepCT-Query path (weights from a callable) drops the absent terms the same way."""
     searcher = ClassicLuceneSearcher(plain_index)
-    heavy = searcher.fit_weighted_query("q", {f"t{i:04d}": float(i) for i in range(2000)})
-    assert len(heavy) == 1024 and min(heavy.values()) == 2000 - 1024
+    long_text = " ".join(f"filler{i}" for i in range(4998)) + " apple banana"
+    weigh = {long_text: {**{w: 1.0 for w in long_text.split()}, "apple": 2.0},
+             "short": {"apple": 2.0, "banana": 1.0}}.__getitem__
+    run = searcher.search_topics({"long": long_text, "short": "short"}, k=10, query_weights=weigh, progress=False)
+    assert [d for d, _ in run["long"]] == ["d1", "d2", "d3"] and run["long"] == run["short"]
+    assert "dropped 4998 absent from the index and 0 lowest-weighted; searching with 2" in caplog.text
+
+
+WIDE = 1200  # distinct words of one document: more than Lucene's 1024 clauses
+
+
+@pytest.fixture(scope="module")
+def wide_index(tmp_path_factory):
+    """w0000..w0599 in one document (rare), w0600..w1199 in two (common), zebra alone in a third."""
+    root = tmp_path_factory.mktemp("wide")
+    (root / "docs").mkdir()
+    words = [f"w{i:04d}" for i in range(WIDE)]
+    docs = {"all": " ".join(words), "half": " ".join(words[WIDE // 2:]), "z": "zebra"}
+    with open(root / "docs" / "docs.jsonl", "w") as f:
+        for docid, text in docs.items():
+            f.write(json.dumps({"id": docid, "contents": text}) + "\n")
+    return build_lucene_index(root / "docs", root / "index")
+
+
+def test_past_the_clause_limit_the_heaviest_then_rarest_terms_stay(wide_index, tmp_path, caplog):
+    words = [f"w{i:04d}" for i in range(WIDE)]
+    text = " ".join(f"filler{i}" for i in range(3000)) + " " + " ".join(words) + " zebra zebra"
+    searcher = ClassicLuceneSearcher(wide_index)
+    kept = searcher.fit_weights("q", searcher.text_weights(text))
+    # zebra counts twice; then weight 1 each: the 600 rare (df 1) words, then 423 of the common (df 2) ones
+    assert kept == {**{w: 1.0 for w in words[:1023]}, "zebra": 2.0}
+    assert "dropped 3000 absent from the index and 177 lowest-weighted; searching with 1024" in caplog.text
+    topics = tmp_path / "topics.tsv"
+    topics.write_text(f"long\t{text}\n")
+    run = tmp_path / "run.txt"
+    assert lucene_cli(["search", "--index", str(wide_index), "--topics", str(topics), "--output", str(run),
+                       "--bm25", "--hits", "10"]) == 0
+    hits = dict(read_trec_run(run)["long"])
+    assert set(hits) == {"all", "half", "z"}
+    assert hits["z"] == pytest.approx(dict(searcher.search_weighted({"zebra": 2.0}, 10))["z"], abs=SCORE_TOLERANCE)
+    common_kept = dict(searcher.search_weighted(dict.fromkeys(words[600:1023], 1.0), 10))
+    assert hits["half"] == pytest.approx(common_kept["half"], abs=SCORE_TOLERANCE)
+
+
+def test_fit_query_terms_order():
+    frequencies = {"a": 3, "b": 1, "c": 1, "d": 0, "e": 5}
+    weights = {"e": 1.0, "d": 9.0, "c": 1.0, "b": 1.0, "a": 2.0}
+    fitted = fit_query_terms(weights, lambda terms: {t: frequencies[t] for t in terms}, 3)
+    assert fitted == FittedQuery({"c": 1.0, "b": 1.0, "a": 2.0}, absent=1, past_limit=1)
+    assert fit_query_terms(weights, None, 5) == FittedQuery(weights)  # within the limit: no lookup, nothing dropped
