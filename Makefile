@@ -47,7 +47,7 @@ test-slow: $(INSTALLED)
 	$(PYTEST) tests -m slow
 
 lint: $(INSTALLED)
-	$(BIN)/ruff check pyserini_ext java_bridge tests bench scripts
+	$(BIN)/ruff check pyserini_ext java_bridge tests bench scripts experiments
 
 # every benchmark, then docs/bench.md; BENCH_ARGS="--corpus-encodings runs/report/full" adds whole-corpus AligneR
 BENCH_ARGS ?=

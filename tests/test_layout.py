@@ -8,6 +8,7 @@ Every `import` counts, also those inside functions, so a lazy import cannot hide
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +20,10 @@ STAGES = {
 }
 # (importer, imported) pairs still waiting for another change; each entry names it
 PENDING: set[tuple[str, str]] = set()
+# experiments/ (one folder per decision) sits beside the product: nothing that ships or checks it may use it
+EXPERIMENTS = ROOT / "experiments"
+PRODUCT = ("pyserini_ext", "java_bridge", "tests", "bench", "scripts")
+EXPERIMENTS_PATH = re.compile(r"(?<![\w.-])experiments([/\\]|$)")
 
 
 def stage(module: str) -> int | None:
@@ -71,3 +76,49 @@ def test_the_check_sees_lazy_and_from_imports(tmp_path):
                                                 "pyserini_ext.search"]
     assert [stage(m) for m in sorted(imported_modules(source))] == [7, 6, 5]
     assert stage("pyserini_ext.models.deepct_terms") == 2 and stage("torch") is None
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """ids of the module, class and function docstring nodes of `tree` (prose may name experiments/)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def uses_of_experiments(path: Path, module_names: set[str]) -> list[str]:
+    """What `path` takes from experiments/: imports of its modules, and path literals naming the folder."""
+    if path.suffix != ".py":
+        code = [line.split("#")[0] for line in path.read_text().splitlines()]  # shell: comments are prose
+        return [f"{path.name}: names experiments/"] if any(EXPERIMENTS_PATH.search(line) for line in code) else []
+    tree = ast.parse(path.read_text(), str(path))
+    uses = [f"{path.name}: imports {name}" for name in imported_modules(path) if name.split(".")[0] in module_names]
+    prose = docstrings(tree)
+    uses += [f"{path.name}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+             and EXPERIMENTS_PATH.search(node.value)]
+    return uses
+
+
+def test_nothing_that_ships_or_checks_imports_experiments():
+    module_names = {"experiments", *(p.stem for p in EXPERIMENTS.rglob("*.py"))}
+    files = [p for top in PRODUCT for p in sorted((ROOT / top).rglob("*")) if p.suffix in (".py", ".sh")
+             and p.resolve() != Path(__file__).resolve()]
+    assert len(files) > 50 and "devsets" in module_names
+    assert [use for p in files for use in uses_of_experiments(p, module_names)] == []
+
+
+def test_the_experiments_check_sees_imports_and_paths(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text('"""Chosen in experiments/teacher-weights."""\nimport sys\nfrom devsets import rerank_ndcg\n'
+                      'sys.path.insert(0, "experiments/aligner-recipe")\nx = "experimental"\n')
+    assert uses_of_experiments(source, {"devsets"}) == ["m.py: imports devsets",
+                                                        "m.py:4: 'experiments/aligner-recipe'"]
+    script = tmp_path / "run.sh"
+    script.write_text("# as chosen in experiments/aligner-recipe\n")
+    assert uses_of_experiments(script, set()) == []
+    script.write_text("python experiments/aligner-recipe/dev_rerank.py\n")
+    assert uses_of_experiments(script, set()) == ["run.sh: names experiments/"]

@@ -4,7 +4,7 @@ No parameter changes: for each candidate alignment (k in {1, 2, 4, 6, 8}, p in {
 queries are searched and scored by nDCG@10 (pyserini_ext.evaluation); the best one wins (ties: the earlier, i.e.
 simpler, option). The candidate documents of a query do not depend on the alignment, so they are generated once
 per query. `evaluate_adaptation` is the whole protocol (labelled sample, choice, and the default k=1 against the
-chosen alignment on the remaining queries), shared by `pyserini-ext aligner adapt` and scripts/eval_aligner.py.
+chosen alignment on the remaining queries), behind `pyserini-ext aligner adapt`.
 """
 from __future__ import annotations
 

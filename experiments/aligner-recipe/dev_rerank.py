@@ -1,26 +1,29 @@
 """Compare trained Aggretriever / AligneR folders on development queries only, by reranking their candidates.
 
-    python scripts/dev_rerank.py --cache runs/models/distillation MODEL_DIR [MODEL_DIR ...]
+    python experiments/aligner-recipe/dev_rerank.py --cache runs/models/distillation MODEL_DIR [MODEL_DIR ...]
 
-The two labelled development sets of scripts/choose_ensemble.py (no test query is read): the MS MARCO triples
+The two labelled development sets of experiments/devsets.py (no test query is read): the MS MARCO triples
 sample (100 queries that no trainer sees; candidates = their two passages + BM25's top 30 of the DL19 subset's
 passages) and SciFact train (809 queries, in the training set, so it flatters models that fit it; candidates =
-the distillation set's teacher candidates). nDCG@10 (ir_measures) of each model's scores over the candidates,
-next to the teacher ensemble's. The model kind is read from the folder.
+the distillation set's teacher candidates). nDCG@10 (pyserini_ext.evaluation) of each model's scores over the
+candidates, next to the teacher ensemble's. The model kind is read from the folder.
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from choose_ensemble import rerank_ndcg, triples_development_set
 
 from pyserini_ext.data import document_text
 from pyserini_ext.models.folder import identify
 from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build_distillation_set
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the shared development sets
+from devsets import labelled_indices, rerank_ndcg, triples_development_set  # noqa: E402
 
 
 def passage_scorer(folder: Path, beta_d: float | None = None, beta_q: float = 0.5):
@@ -118,7 +121,7 @@ def main() -> None:
     training = build_distillation_set(DistillDataConfig(), args.cache)
     sets = {"MS MARCO triples": triples_development_set(args.cache / "triples-dev"), "SciFact train": training}
     indices = {"MS MARCO triples": list(range(len(sets["MS MARCO triples"].queries))),
-               "SciFact train": [i for i, q in enumerate(training.queries) if q.kind == "labelled"]}
+               "SciFact train": labelled_indices(training)}
     print(f"{'ranking':<60}" + "".join(f"{name:>20}" for name in sets) + f"{'mean':>10}")
 
     def show(name: str, row: list[float]) -> None:

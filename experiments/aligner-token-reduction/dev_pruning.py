@@ -1,13 +1,14 @@
 """How AligneR's index-time token reduction was chosen: exact AligneR search of development queries over indexes
 keeping `--beta-d` of each document's vectors: pruned by salience alone, pruned with near-copies pushed back at
-each `--duplicate-cosine`, and pooled (`pool_tokens`), plus the unreduced index. nDCG@10 (ir_measures), every
-query token, one thread.
+each `--duplicate-cosine`, and pooled (`pool_tokens`), plus the unreduced index. nDCG@10 (`pyserini_ext.evaluation`),
+every query token, one thread.
 
 Development sets (never test queries): SciFact train (the first `--scifact-queries` by id, whole corpus) and the
 MS MARCO triples dev set `make report` builds (100 queries; DL19 subset passages + the 200 triple passages).
 Corpus encodings are the ones `make report` caches (`--workdir`), the triple passages encoded here once.
 
-    python scripts/dev_pruning.py --duplicate-cosine 0.9 0.85 0.8 --workdir runs/report/full
+    python experiments/aligner-token-reduction/dev_pruning.py --duplicate-cosine 0.9 0.85 0.8 \
+        --workdir runs/report/full
 """
 from __future__ import annotations
 
@@ -15,13 +16,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import ir_measures
 import numpy as np
 import torch
-from ir_measures import nDCG
 
 from pyserini_ext.data import load_dataset
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
+from pyserini_ext.evaluation import evaluate
 from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index, encode_corpus
 from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
@@ -74,8 +74,8 @@ def main() -> None:
                 folder = build_index(encoded, Path(tmp) / str(number), beta_d=beta_d, reduction=reduction,
                                      duplicate_cosine=cosine, progress=False)
                 searcher = AlignerSearcher(AlignerIndex.open(folder), model)
-                run = {q: {h.docid: h.score for h in searcher.rank(v[0], v[1], 10)} for q, v in zip(qids, queries)}
-                score = ir_measures.calc_aggregate([nDCG @ 10], {q: qrels[q] for q in qids}, run)[nDCG @ 10]
+                run = {q: [(h.docid, h.score) for h in searcher.rank(v[0], v[1], 10)] for q, v in zip(qids, queries)}
+                score = evaluate({q: qrels[q] for q in qids}, run, metrics=("ndcg_cut_10",))["ndcg_cut_10"]
                 print(f"{name} ({len(qids)} queries) beta_d {beta_d:g} {reduction} duplicate_cosine {cosine}: nDCG@10 "
                       f"{score:.4f}", flush=True)
 

@@ -1,7 +1,7 @@
 """Aggretriever ablation on one trained model: concat vs its [CLS] part vs its agg* part, and the untrained
 lexical-only model, scored on the same passages.
 
-    python scripts/aggretriever_ablation.py --model resources/models/aggretriever-splade-tiny \
+    python experiments/aggretriever-parts/aggretriever_ablation.py --model resources/models/aggretriever-minilm \
         --index runs/report/full/scifact/<aggretriever faiss index> --dataset scifact --split test
 
 The passages' vectors are read back from the Pyserini Faiss index that `make report` built with the unchanged
@@ -44,10 +44,11 @@ def main() -> None:
     index = faiss.read_index(str(Path(args.index) / "index"))
     passages = index.reconstruct_n(0, index.ntotal)
     docids = (Path(args.index) / "docid").read_text().split("\n")[:index.ntotal]
-    cls_dim = Aggretriever.from_pretrained(args.model).config.cls_dim
+    config = Aggretriever.from_pretrained(args.model).config
+    cls_dim = config.cls_dim
     encoder = AggretrieverQueryEncoder(args.model)
     queries = np.stack([encoder.encode(topics[q]) for q in qids]).astype(np.float32)
-    parts = {"concat": slice(None), "[CLS] part": slice(0, cls_dim), "agg* part": slice(cls_dim, None)}
+    parts = {"concat": slice(None), "[CLS] part": slice(0, cls_dim), f"{config.pooling} part": slice(cls_dim, None)}
     qrels = dataset.qrels(args.split)
     print(f"{'vectors':<14} nDCG@10   R@100")
     for name, part in parts.items():

@@ -1,14 +1,16 @@
 """Compare Aggretriever folders on development queries by exact search over a whole corpus: nDCG@10 of the
 concatenated vector and of each part ([CLS] projection, agg*), which the model was trained to rank with alone.
 
-    python scripts/dev_aggretriever.py MODEL_DIR [MODEL_DIR ...] [--dataset scifact --split train --queries 400]
-    python scripts/dev_aggretriever.py MODEL_DIR --split train test    # one corpus encoding, both splits
+    python experiments/aggretriever-recipe/dev_aggretriever.py MODEL_DIR [MODEL_DIR ...] [--dataset scifact \
+        --split train --queries 400]
+    python experiments/aggretriever-recipe/dev_aggretriever.py MODEL_DIR --split train test  # one corpus encoding
 
 Default: SciFact train, the first 400 queries by id, over the whole corpus (SciFact train is in the distillation
 set, so it flatters every model alike; the MS MARCO triples development set that `make report` builds is
 `--dataset runs/report/full/msmarco-dev/source --split dev`; `--reuse-index` with the model's DL19 Faiss index
 from `make report` or `make prebuilt` reads its 30k passages back instead of encoding them again). Passages at
-`--max-length` tokens (256, as the report indexes them), queries at 32, inner product, nDCG@10 with ir_measures.
+`--max-length` tokens (256, as the report indexes them), queries at 32, inner product, nDCG@10 with
+pyserini_ext.evaluation.
 `--cls-only` runs the body alone (no vocabulary head): only the [CLS] part, much faster. Several `--split`s share
 one encoding of the corpus; a test split's figures are for reporting a choice already made, never for making it.
 """
@@ -19,13 +21,12 @@ import time
 from pathlib import Path
 
 import faiss
-import ir_measures
 import numpy as np
 import torch
-from ir_measures import nDCG
 from transformers import AutoTokenizer
 
 from pyserini_ext.data import document_text, load_dataset
+from pyserini_ext.evaluation import evaluate
 from pyserini_ext.models.aggretriever import Aggretriever
 
 
@@ -55,12 +56,13 @@ def stored_vectors(index_dir: str) -> dict[str, np.ndarray]:
     return dict(zip(docids, index.reconstruct_n(0, index.ntotal)))
 
 
-def ndcg10(scores: np.ndarray, qids: list[str], docids: list[str], qrels: list) -> float:
-    run = []
+def ndcg10(scores: np.ndarray, qids: list[str], docids: list[str], qrels: dict[str, dict[str, int]]) -> float:
+    """nDCG@10 of each query's top 100 passages by `scores` (queries x passages)."""
+    run = {}
     for row, qid in enumerate(qids):
         top = np.argpartition(-scores[row], 100)[:100]
-        run += [ir_measures.ScoredDoc(qid, docids[j], float(scores[row, j])) for j in top]
-    return ir_measures.calc_aggregate([nDCG @ 10], qrels, run)[nDCG @ 10]
+        run[qid] = [(docids[j], float(scores[row, j])) for j in top]
+    return evaluate(qrels, run, metrics=("ndcg_cut_10",))["ndcg_cut_10"]
 
 
 def main() -> None:
@@ -84,8 +86,7 @@ def main() -> None:
     for split in args.split:
         judged, queries = dataset.qrels(split), dataset.split_queries(split)
         qids = sorted(q for q in queries if q in judged)[:args.queries]
-        splits[split] = (qids, [queries[qid] for qid in qids],
-                         [ir_measures.Qrel(q, d, r) for q in qids for d, r in judged[q].items()])
+        splits[split] = (qids, [queries[qid] for qid in qids], {q: dict(judged[q]) for q in qids})
     docids = sorted(dataset.corpus)
     passages = [document_text(dataset.corpus[d]) for d in docids]
     for folder in args.models:
