@@ -1,6 +1,6 @@
 """`make demo`: BM25, Aggretriever and their fusions on SciFact test, all through Pyserini's unchanged CLIs.
 
-Steps (each printed as the exact command it runs):
+Steps (each printed as the exact command it runs, with its progress bar; all output goes to commands.log):
   1. export SciFact from the dataset cache to a JsonCollection, TSV topics and TREC qrels;
   2. BM25 index (`python -m pyserini.index.lucene`) and BM25 run (`python -m pyserini.search.lucene`);
   3. Aggretriever Faiss index (`python -m pyserini.encode ... --encoder aggretriever-onnx --to-faiss`:
@@ -18,7 +18,9 @@ Finished steps are kept in the work folder and reused; `--fresh` redoes everythi
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -26,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from pyserini_ext.cli.options import add_options, from_args, option
 from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
@@ -45,13 +48,46 @@ def model_note(model: str) -> str:
     return f"Aggretriever model: {model} = {resolve_model(model)} (its README.md tells how it was trained)"
 
 
-def run_step(command: list[str], output: Path, log: Path) -> None:
-    """Run a CLI step unless its output exists; outputs are written under a temporary name first."""
+# tqdm's time field: "[elapsed<remaining, rate]" with a known total, "[elapsed, rate]" without one
+_PROGRESS = re.compile(r"\[\d+:\d\d(?::\d\d)?[<,\]]")
+
+
+def relay_output(stream: BinaryIO, log: TextIO, terminal: TextIO) -> None:
+    """Copy a step's output to `log` whole; on `terminal` only its progress bars, each redrawn on one line.
+
+    The steps' own output (JVM warnings, Lucene and Faiss logs) stays in the log; what the terminal needs while a
+    step runs for minutes is its bar and time left.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    width = max(20, shutil.get_terminal_size().columns - 1)
+    pending, drawn = "", 0
+    for chunk in iter(lambda: stream.read1(1 << 16), b""):
+        text = decoder.decode(chunk)
+        log.write(text)
+        log.flush()
+        *segments, pending = re.split(r"[\r\n]", pending + text)
+        for segment in segments:
+            if _PROGRESS.search(segment):
+                line = ("  " + segment.strip())[:width]
+                terminal.write("\r" + line.ljust(drawn))
+                terminal.flush()
+                drawn = len(line)
+    if drawn:
+        terminal.write("\n")
+
+
+def run_step(command: list[str], output: Path, log: Path, terminal: TextIO | None = None) -> None:
+    """Run a CLI step unless its output exists; outputs are written under a temporary name first.
+
+    The command is printed, its progress bars are shown on `terminal` (default: stdout) and all its output goes
+    to `log`.
+    """
+    terminal = terminal or sys.stdout
     printable = " ".join(shlex.quote(c) for c in command)
     if output.exists():
-        print(f"[reuse] {output}")
+        print(f"[reuse] {output}", file=terminal)
         return
-    print(f"$ {printable}", flush=True)
+    print(f"$ {printable}", file=terminal, flush=True)
     tmp = output.with_name(output.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
     command = [str(tmp) if c == str(output) else c for c in command]
@@ -59,11 +95,14 @@ def run_step(command: list[str], output: Path, log: Path) -> None:
     with open(log, "a") as log_file:
         log_file.write(f"$ {printable}\n")
         log_file.flush()
-        proc = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT)
+        # unbuffered: the child's bars reach the terminal as they move, not when a buffer fills
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+            relay_output(proc.stdout, log_file, terminal)
     if proc.returncode != 0:
         raise SystemExit(f"step failed ({proc.returncode}): {printable}\nsee {log}")
     os.replace(tmp, output)
-    print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"  done in {time.perf_counter() - start:.0f} s", file=terminal, flush=True)
 
 
 def run_pipeline(dataset_name: str, split: str, work: Path, model: str, max_length: int,
