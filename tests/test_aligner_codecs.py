@@ -36,8 +36,8 @@ def test_centroid_ids_are_the_quantizer_assignments(encoded, tmp_path):
     assert np.mean(assigned[:, 0] == index.codec.centroid_ids()) > 0.9
     lists = index.candidates
     for centroid in range(16):  # every (centroid, document) pair of the codes is in the inverted lists
-        docs = lists.list_docs[lists.list_offsets[centroid]:lists.list_offsets[centroid + 1]]
-        assert set(docs) == set(index.doc_of_token[index.codec.centroid_ids() == centroid])
+        docs = lists.list_docs[lists.list_offsets[0, centroid]:lists.list_offsets[0, centroid + 1]]  # one segment
+        assert set(docs) == set(index.documents_of(np.flatnonzero(index.codec.centroid_ids() == centroid)))
     # every file counts; the centroid lists replace a second index
     assert index.metadata["bytes_per_token"] * index.tokens >= sum(p.stat().st_size for p in index.folder.iterdir())
     assert not (index.folder / "candidates.faiss").exists()
@@ -88,7 +88,8 @@ def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(e
     kept = generator.candidates(queries, weights, neighbours=20)
     assert 20 < len(everything) < len(index) and len(kept) == 20 and set(kept) <= set(everything)
     scores, token_centroids = queries @ generator.centroids.T, index.codec.centroid_ids()
-    approx = {d: float(weights @ scores[:, token_centroids[index.doc_of_token == d]].max(axis=1)) for d in everything}
+    token_docs = index.documents_of(np.arange(index.tokens))
+    approx = {d: float(weights @ scores[:, token_centroids[token_docs == d]].max(axis=1)) for d in everything}
     assert sorted((approx[d] for d in kept), reverse=True) == pytest.approx(sorted(approx.values(), reverse=True)[:20])
 
 
@@ -101,7 +102,7 @@ def test_residual_pq_defaults_to_32_six_bit_codes(encoded, tmp_path):
 
 def test_centroid_candidates_need_the_residual_codec(encoded, tmp_path):
     with pytest.raises(ValueError, match="residual-pq"):
-        build_index(encoded, tmp_path / "i", candidates="centroid", progress=False)
+        build_index(encoded, tmp_path / "i", codec="float16", candidates="centroid", progress=False)
 
 
 @pytest.mark.parametrize("codec", ["float16", "residual-pq"])
@@ -137,7 +138,7 @@ def test_flat_candidates_are_the_documents_of_each_query_tokens_nearest_tokens(e
         queries = rng.normal(size=(n, 32)).astype(np.float32)
         nearest = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
         np.testing.assert_array_equal(index.candidates.candidates(queries, np.ones(n, dtype=np.float32), 10),
-                                      np.unique(index.doc_of_token[nearest]))
+                                      np.unique(index.documents_of(nearest)))
     everything = index.candidates.candidates(queries, np.ones(1, dtype=np.float32), 10**6)  # k > tokens: all
     assert len(everything) == len(index)
 

@@ -50,6 +50,11 @@ class BeirDataset:
         """docid -> {"title", "text"}, in file order (ids checked, text sanitised: data/readers.py)."""
         return read_corpus(self._require("corpus.jsonl"))
 
+    @property
+    def corpus_file(self) -> Path:
+        """The corpus file, for reading it as a stream (`iter_corpus`) rather than whole."""
+        return self._require("corpus.jsonl")
+
     @cached_property
     def queries(self) -> dict[str, str]:
         """qid -> query text (all queries in the file; filter by a qrels split)."""

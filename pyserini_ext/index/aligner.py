@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -48,10 +47,13 @@ from pyserini_ext.index.aligner_codecs import (
     CandidateGenerator,
     IndexFiles,
     TokenCodec,
+    documents_of,
 )
 from pyserini_ext.models.aligner import DOCUMENT, AlignerModel
 
-INDEX_FORMAT = "pyserini-ext-aligner-index/1"
+INDEX_FORMAT = "pyserini-ext-aligner-index/2"
+# format 1 (one segment of centroid lists, no segments.npy) still opens: the prebuilt catalogue's indexes
+READABLE_FORMATS = ("pyserini-ext-aligner-index/1", INDEX_FORMAT)
 METADATA_FILE = "metadata.json"
 ENCODED_FILE = "encoded.npz"
 
@@ -91,6 +93,14 @@ class EncodedCorpus:
             raise CacheMismatchError(f"{path}: encoding cache made from another corpus; delete it or give another "
                                      "--encoded")
 
+    def subset(self, rows: list[int]) -> EncodedCorpus:
+        """The encoding of the documents at `rows` (in that order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, lengths = self.offsets[rows], self.offsets[rows + 1] - self.offsets[rows]
+        tokens = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        return EncodedCorpus([self.docids[r] for r in rows], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                             self.vectors[tokens], self.salience_scores[tokens], self.model_info, 0, [])
+
     @classmethod
     def load(cls, path: str | os.PathLike) -> EncodedCorpus:
         try:
@@ -103,36 +113,41 @@ class EncodedCorpus:
                                     ) from None
 
 
-def encode_corpus(model: AlignerModel | AlignerDocumentEncoder, corpus: Mapping[str, Mapping[str, str]],
+def encode_corpus(model: AlignerModel | AlignerDocumentEncoder,
+                  corpus: Mapping[str, Mapping[str, str]] | Iterable[tuple[str, Mapping[str, str]]],
                   batch_size: int = 32, max_length: int | None = None, model_path: str = "",
-                  progress: bool = True) -> EncodedCorpus:
+                  progress: bool = True, allow_empty: bool = False) -> EncodedCorpus:
     """Encode every document (title + text). Empty documents are skipped and listed; long ones are truncated.
 
-    `model` may be an `AlignerDocumentEncoder` to encode on its runtime (ONNX Runtime; bf16, fp16, int8).
+    `corpus`: a docid -> document mapping or (docid, document) pairs (one chunk of a stream). `model` may be an
+    `AlignerDocumentEncoder` to encode on its runtime (ONNX Runtime; bf16, fp16, int8). allow_empty: an all-empty
+    corpus gives an empty encoding (a chunk of a stream) instead of an error.
     """
     encoder = model if isinstance(model, AlignerDocumentEncoder) else None
     model = encoder.model if encoder else model
     max_length = max_length or model.config.doc_max_length
     encode_batch = partial(encoder.encode_batch, max_length=max_length) if encoder else None
     docids, texts, skipped = [], [], []
-    for docid, doc in corpus.items():
+    pairs = list(corpus.items() if isinstance(corpus, Mapping) else corpus)
+    for docid, doc in pairs:
         check_id(docid, "corpus")
         text = sanitize_texts([document_text(doc)], f"document {docid!r}")[0]
         (docids if text else skipped).append(docid)
         if text:
             texts.append(text)
-    if not texts:
+    if not texts and not allow_empty:
         raise ValueError("encode_corpus: every document is empty; nothing to index")
     encoded = model.encode_texts(texts, DOCUMENT, batch_size=batch_size, max_length=max_length, progress=progress,
-                                 encode_batch=encode_batch)
+                                 encode_batch=encode_batch) if texts else []
     lengths = np.array([len(scores) for _, scores in encoded], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    dim = model.config.dim
     return EncodedCorpus(
         docids=docids, offsets=offsets,
-        vectors=np.concatenate([v for v, _ in encoded]).astype(np.float16),
-        salience_scores=np.concatenate([s for _, s in encoded]).astype(np.float32),
+        vectors=(np.concatenate([v for v, _ in encoded]) if encoded else np.zeros((0, dim))).astype(np.float16),
+        salience_scores=(np.concatenate([s for _, s in encoded]) if encoded else np.zeros(0)).astype(np.float32),
         model_info={"path": model_path, "fingerprint": model.fingerprint(), "doc_max_length": max_length,
-                    "dim": model.config.dim, "corpus_fingerprint": corpus_fingerprint(corpus)},
+                    "dim": dim, "corpus_fingerprint": corpus_fingerprint(dict(pairs))},
         truncated=int((lengths >= max_length).sum()), skipped_empty=skipped)
 
 
@@ -220,111 +235,69 @@ RESIDUAL_PQ_BITS = 6
 
 
 def default_nlist(n_tokens: int) -> int:
-    """About 4 * sqrt(tokens) coarse centroids (power of two), between 16 and 1024 (CPU k-means time)."""
-    return int(min(1024, max(16, 2 ** round(np.log2(max(1.0, 4 * np.sqrt(n_tokens)))))))
+    """Coarse centroids for an index of `n_tokens` kept tokens (a power of two).
+
+    Up to 2^20 tokens (every corpus our figures come from) about 4 sqrt(tokens), between 16 and 1024, as chosen on
+    development queries. Above, PLAID's rule 2^floor(log2(16 sqrt(tokens))) (2^17-2^18 for MS MARCO passage, PLAID's
+    own 2^18): the lists must grow with the corpus for the documents under a query's probed lists to stay a small
+    fraction of it (they are ~ query tokens x nprobe x tokens per list), and sqrt keeps k-means on a bounded sample.
+    """
+    if n_tokens <= 1 << 20:
+        return int(min(1024, max(16, 2 ** round(np.log2(max(1.0, 4 * np.sqrt(n_tokens)))))))
+    return int(2 ** np.floor(np.log2(16 * np.sqrt(n_tokens))))
 
 
-def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float = 1.0, codec: str = "float16",
-                candidates: str = "flat", nlist: int | None = None, pq_m: int = 32, hnsw_m: int = 32,
+DEFAULT_NPROBE = 32  # centroids per query token probed at up to 1024 lists (chosen on development queries)
+LARGE_NPROBE = 4  # ... and above, where lists are many and short (PLAID probes 2-4)
+
+
+def default_search(candidates: str, nlist: int | None) -> dict:
+    """The search settings an index records for a searcher that is given none."""
+    return {"nprobe": DEFAULT_NPROBE if not nlist or nlist <= 1024 else LARGE_NPROBE}
+
+
+def build_index(encoded: EncodedCorpus, folder: str | os.PathLike, beta_d: float = 1.0, codec: str | None = None,
+                candidates: str | None = None, nlist: int | None = None, pq_m: int = 32, hnsw_m: int = 32,
                 train_size: int | None = None, overwrite: bool = False, progress: bool = True,
                 pq_bits: int | None = None, duplicate_cosine: float | None = DUPLICATE_COSINE,
-                reduction: str = DEFAULT_REDUCTION) -> Path:
-    """Write an AligneR index folder (see the module docstring); returns its path.
+                reduction: str = DEFAULT_REDUCTION, chunk_docs: int | None = None) -> Path:
+    """Write an AligneR index folder from an encoding (see the module docstring); returns its path.
 
-    train_size: token vectors sampled to train IVF/PQ (default max(64 * nlist, 65536)); pq_bits: bits per PQ
-    sub-quantizer code (default RESIDUAL_PQ_BITS for the residual-pq codec, 8 for an ivfpq candidate index alone);
-    reduction: how beta_d < 1 keeps ceil(beta_d * m) vectors per document, "pool" (`pool_tokens`) or "prune"
-    (`prune_tokens`); duplicate_cosine: when pruning, near-copies of a more salient token of the same document go
-    first (None: by salience alone).
+    The streaming build of index/aligner_build.py over `encoded`, chunk by chunk. codec / candidates: None chooses
+    by corpus size (`AlignerIndexSettings.resolved`); train_size: token vectors sampled to train IVF/PQ;
+    pq_bits: bits per PQ sub-quantizer code (default RESIDUAL_PQ_BITS for residual-pq, 8 for ivfpq alone);
+    reduction: how beta_d < 1 keeps ceil(beta_d * m) vectors per document, "pool" or "prune"; duplicate_cosine:
+    when pruning, near-copies of a more salient token of the same document go first (None: by salience alone).
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    if duplicate_cosine is not None and not 0 < duplicate_cosine <= 1:
-        raise ValueError(f"duplicate_cosine must be in (0, 1], got {duplicate_cosine}")
-    if pq_bits is None:
-        pq_bits = RESIDUAL_PQ_BITS if codec == "residual-pq" else 8
-    if codec not in CODECS:
+    from pyserini_ext.index.aligner_build import AlignerIndexSettings, build_encoded
+    from pyserini_ext.index.streaming import DEFAULT_CHUNK_DOCS
+
+    if codec is not None and codec not in CODECS:
         raise ValueError(f"codec must be one of {tuple(CODECS)}, got {codec!r}")
-    if candidates not in CANDIDATES:
+    if candidates is not None and candidates not in CANDIDATES:
         raise ValueError(f"candidates must be one of {tuple(CANDIDATES)}, got {candidates!r}")
-    if candidates == "centroid" and codec != "residual-pq":
-        raise ValueError("candidates 'centroid' reads the centroid ids of the residual-pq codec; use "
-                         "codec='residual-pq' (or another candidate generator)")
     folder = Path(folder)
     if folder.exists() and not overwrite:  # before any work; atomic_output checks again when writing
         raise OutputExistsError(f"{folder} exists; pass overwrite=True (--overwrite) to replace it")
-    dim = encoded.vectors.shape[1]
-    trains_pq = codec == "residual-pq" or candidates == "ivfpq"
-    if dim % pq_m and trains_pq:
-        raise ValueError(f"pq_m={pq_m} must divide the vector dimension {dim}")
-    steps = tqdm(total=4, desc=f"index beta_d={beta_d:g}", disable=not progress)
-    started = time.time()
-    if reduction == "pool" and beta_d < 1:
-        offsets, vectors, scores = pool_tokens(encoded.offsets, encoded.vectors, encoded.salience_scores, beta_d,
-                                               progress)
-    else:
-        kept = prune_tokens(encoded.offsets, encoded.salience_scores, beta_d, encoded.vectors, duplicate_cosine)
-        lengths = np.diff(encoded.offsets)
-        kept_lengths = np.bincount(np.repeat(np.arange(len(lengths)), lengths)[kept], minlength=len(lengths))
-        offsets = np.concatenate([[0], np.cumsum(kept_lengths)]).astype(np.int64)
-        vectors, scores = encoded.vectors[kept], encoded.salience_scores[kept]
-    weights = np.maximum(scores, 0).astype(np.float16)
-    kept_lengths = np.diff(offsets)
-    options = {"dim": dim, "nlist": nlist or default_nlist(len(vectors)), "pq_m": pq_m, "pq_bits": pq_bits,
-               "hnsw_m": hnsw_m, "train_size": train_size}
-    steps.update(1)
-
-    try:
-        with atomic_output(folder, overwrite, owned=lambda p: (p / METADATA_FILE).is_file()) as tmp:
-            tmp.mkdir()
-            files = IndexFiles(tmp, len(vectors))
-            (tmp / "docids.txt").write_text("".join(f"{d}\n" for d in encoded.docids), encoding="utf-8")
-            files.save("offsets.npy", offsets)
-            files.save("weights.npy", weights)
-            store = CODECS[codec].fit(vectors, options)
-            steps.update(1)
-            store.write(files, vectors)
-            steps.update(1)
-            doc_of_token = np.repeat(np.arange(len(kept_lengths), dtype=np.int64), kept_lengths)
-            candidate_info = CANDIDATES[candidates].build(files, vectors, store, doc_of_token, options)
-            steps.update(1)
-            part_bytes = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-            metadata = {
-                "format": INDEX_FORMAT, "model": encoded.model_info, "dim": dim, "beta_d": beta_d,
-                "reduction": reduction if beta_d < 1 else None,
-                "duplicate_cosine": duplicate_cosine if beta_d < 1 and reduction == "prune" else None, "codec": codec,
-                "candidates": candidates, "nlist": options["nlist"] if trains_pq else None,
-                "pq_m": pq_m if trains_pq else None, "pq_bits": pq_bits if codec == "residual-pq" else None,
-                "hnsw_m": hnsw_m if candidates == "hnsw" else None,
-                "counts": {"documents": len(encoded.docids), "tokens": int(len(vectors)),
-                           "tokens_before_pruning": int(len(encoded.vectors)), "truncated": encoded.truncated,
-                           "skipped_empty": len(encoded.skipped_empty), **candidate_info},
-                "skipped_empty_docids": encoded.skipped_empty[:1000],
-                "bytes": part_bytes, "bytes_per_token": 0.0,
-                "build_seconds": round(time.time() - started, 2),
-            }
-            # every file counts, metadata.json too (its size measured once with a placeholder figure)
-            metadata_size = len(json.dumps(metadata, indent=1)) + 16
-            metadata["bytes_per_token"] = (sum(part_bytes.values()) + metadata_size) / max(1, len(vectors))
-            # metadata last: a folder without it never opens
-            (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1))
-    finally:
-        steps.close()
-    return folder
+    settings = AlignerIndexSettings(beta_d=beta_d, reduction=reduction, duplicate_cosine=duplicate_cosine,
+                                    codec=codec, candidates=candidates, nlist=nlist, pq_m=pq_m, pq_bits=pq_bits,
+                                    hnsw_m=hnsw_m, train_size=train_size)
+    return build_encoded(encoded, folder, settings, overwrite, progress, chunk_docs or DEFAULT_CHUNK_DOCS)
 
 
 class AlignerIndex:
-    """An opened AligneR index: document tokens for exact scoring (through its codec) and its candidate generator."""
+    """An opened AligneR index: document tokens for exact scoring (through its codec) and its candidate generator.
+    Every array is memory-mapped; nothing per token is built in memory (but the flat generator's decoded vectors)."""
 
     def __init__(self, folder: Path, metadata: dict, docids: list[str], offsets: np.ndarray, weights: np.ndarray,
-                 codec: TokenCodec, candidates: CandidateGenerator, doc_of_token: np.ndarray):
+                 codec: TokenCodec, candidates: CandidateGenerator):
         self.folder, self.metadata, self.docids = folder, metadata, docids
         self.offsets, self.weights, self.codec, self.candidates = offsets, weights, codec, candidates
-        self.doc_of_token = doc_of_token
 
     @classmethod
-    def open(cls, folder: str | os.PathLike, nprobe: int = 32, ef_search: int = 256) -> AlignerIndex:
-        """nprobe: IVF lists (ivfpq) or centroids per query token (centroid) probed; ef_search: HNSW."""
+    def open(cls, folder: str | os.PathLike, nprobe: int | None = None, ef_search: int = 256) -> AlignerIndex:
+        """nprobe: IVF lists (ivfpq) or centroids per query token (centroid) probed (default: the index's);
+        ef_search: HNSW."""
         folder = Path(folder)
         if not folder.is_dir():
             raise AlignerIndexError(f"{folder}: no such AligneR index folder")
@@ -335,7 +308,7 @@ class AlignerIndex:
             metadata = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise AlignerIndexError(f"{meta_path}: corrupt metadata ({e})") from None
-        if metadata.get("format") != INDEX_FORMAT:
+        if metadata.get("format") not in READABLE_FORMATS:
             raise AlignerIndexError(f"{folder}: index format {metadata.get('format')!r}, expected {INDEX_FORMAT!r}")
         counts = metadata["counts"]
         files = IndexFiles(folder, counts["tokens"])
@@ -345,15 +318,20 @@ class AlignerIndex:
         docids = docids_path.read_text(encoding="utf-8").splitlines()
         if len(docids) != counts["documents"]:
             raise AlignerIndexError(f"{docids_path}: {len(docids)} docids, metadata says {counts['documents']}")
-        offsets = np.asarray(files.array("offsets.npy", counts["documents"] + 1))
+        offsets = files.array("offsets.npy", counts["documents"] + 1)
         if offsets[0] != 0 or offsets[-1] != counts["tokens"] or np.any(np.diff(offsets) < 0):
             raise AlignerIndexError(f"{folder / 'offsets.npy'}: offsets do not cover {counts['tokens']} tokens")
         weights = files.array("weights.npy")
+        if nprobe is None:
+            nprobe = metadata.get("search", {}).get("nprobe", DEFAULT_NPROBE)
         options = {**metadata, "documents": counts["documents"], "nprobe": nprobe, "ef_search": ef_search}
         codec = CODECS[metadata["codec"]].read(files, options)
-        doc_of_token = np.repeat(np.arange(len(docids), dtype=np.int64), np.diff(offsets))
-        candidates = CANDIDATES[metadata["candidates"]].read(files, codec, doc_of_token, options)
-        return cls(folder, metadata, docids, offsets, weights, codec, candidates, doc_of_token)
+        candidates = CANDIDATES[metadata["candidates"]].read(files, codec, offsets, options)
+        return cls(folder, metadata, docids, offsets, weights, codec, candidates)
+
+    def documents_of(self, token_rows: np.ndarray) -> np.ndarray:
+        """The document row of each token row."""
+        return documents_of(self.offsets, token_rows)
 
     @property
     def model_fingerprint(self) -> str:
@@ -364,7 +342,7 @@ class AlignerIndex:
 
     @property
     def tokens(self) -> int:
-        return len(self.doc_of_token)
+        return int(self.metadata["counts"]["tokens"])
 
     def document_similarities(self, doc_indices: np.ndarray, query_vectors: np.ndarray
                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

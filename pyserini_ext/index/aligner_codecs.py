@@ -7,16 +7,17 @@ Codecs (`CODECS`), one small interface: `fit(vectors, options)` -> codec, `write
                 (`sa_encode`/`sa_decode`, decoded vectors renormalised to unit length); codec.faiss holds the
                 centroids and codebooks, codes.npy uint8 [tokens, centroid id bytes + PQ code bytes].
 
-Candidate generators (`CANDIDATES`): `build(files, vectors, codec, doc_of_token, options)`,
-`read(files, codec, doc_of_token, options)`, `candidates(query_vectors, query_weights, neighbours)` -> document rows.
+Candidate generators (`CANDIDATES`): `read(files, codec, offsets, options)`, `candidates(query_vectors,
+query_weights, neighbours)` -> document rows (files written by index/aligner_build.py).
   flat      nothing stored; exact: every decoded vector scored by a blocked matrix product (torch), top-k merged.
   ivfpq     a token-level Faiss IVF-PQ index (candidates.faiss, about 42 bytes per token).
   hnsw      a token-level Faiss HNSW index (candidates.faiss).
   centroid  PLAID-style, from the centroid ids the residual-pq codes already hold: inverted lists centroid ->
-            documents (centroid_docs.npy, uint16 below 65536 documents else int32, one entry per distinct
-            (centroid, document)), then the documents under the `nprobe` nearest centroids of each query token
-            are ranked by their centroid approximation (sum over query tokens of weight x max over the
-            document's tokens of q . centroid) and the best `neighbours` go on to exact scoring.
+            documents per segment of at most 65,536 documents (centroid_docs.npy uint16, centroid_offsets.npy
+            [segments, nlist + 1], segments.npy), one entry per distinct (centroid, document); the documents under
+            the `nprobe` nearest centroids of each query token are ranked by their centroid approximation (sum over
+            query tokens of weight x max over the document's tokens of q . centroid) and the best `neighbours` go
+            on to exact scoring.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from pyserini_ext.errors import IndexFolderError
 BATCH = 65536
 # query-token scores per block of the flat candidate stage (64 MB of float32)
 FLAT_SCORES_PER_BLOCK = 1 << 24
-# documents per block of the centroid stage (SciFact: blocks of 64-256 ran about 2x faster than of 1024+)
-CENTROID_STAGE_DOCS = 256
+# documents per block of the centroid stage
+CENTROID_STAGE_DOCS = 1024
 
 
 class AlignerIndexError(IndexFolderError):
@@ -126,15 +127,26 @@ class Float16Store(TokenCodec):
 
 
 def train_ivfpq(vectors: np.ndarray, nlist: int, pq_m: int, train_size: int | None = None, seed: int = 42,
-                pq_bits: int = 8) -> faiss.Index:
+                pq_bits: int = 8, two_level: bool = False) -> faiss.Index:
+    """An empty IVF-PQ trained on a sample of `vectors`. two_level: the coarse centroids from Faiss's two-level
+    k-means (sqrt(nlist) clusters, then each split) and an HNSW coarse quantizer, so that training and assigning
+    cost ~sqrt(nlist) per vector instead of nlist (large corpora: tens of thousands of lists)."""
     # "np": no polysemous training (minutes of simulated annealing we do not use)
-    index = faiss.index_factory(vectors.shape[1], f"IVF{nlist},PQ{pq_m}x{pq_bits}np", faiss.METRIC_INNER_PRODUCT)
+    quantizer = "_HNSW32" if two_level else ""
+    index = faiss.index_factory(vectors.shape[1], f"IVF{nlist}{quantizer},PQ{pq_m}x{pq_bits}np",
+                                faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(seed)
     # Faiss wants >= 39 points per centroid: 64 per IVF list, and >= 2^16 for the 256-centroid PQ codebooks
     sample_size = min(len(vectors), train_size or max(64 * nlist, 1 << 16))
     sample = vectors[np.sort(rng.choice(len(vectors), sample_size, replace=False))].astype(np.float32)
     index.cp.seed = seed
-    index.train(sample)
+    if two_level:
+        from faiss.contrib.clustering import two_level_clustering
+
+        centroids, _ = two_level_clustering(sample, int(np.sqrt(nlist)), nlist, clustering_niter=10, seed=seed)
+        ivf = faiss.extract_index_ivf(index)
+        ivf.quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    index.train(sample)  # with the quantizer filled, only the residual PQ trains
     return index
 
 
@@ -148,12 +160,18 @@ class ResidualPQStore(TokenCodec):
     @classmethod
     def fit(cls, vectors, options):
         return cls(train_ivfpq(vectors, options["nlist"], options["pq_m"], options.get("train_size"),
-                               pq_bits=options.get("pq_bits", 8)))
+                               pq_bits=options.get("pq_bits", 8), two_level=options.get("two_level", False)))
+
+    def encode(self, vectors: np.ndarray) -> np.ndarray:
+        """uint8 codes [tokens, centroid id bytes + PQ code bytes] of float vectors."""
+        if not len(vectors):
+            return np.zeros((0, self.ivfpq.sa_code_size()), dtype=np.uint8)
+        return np.concatenate([self.ivfpq.sa_encode(np.asarray(vectors[s:s + BATCH], dtype=np.float32))
+                               for s in range(0, len(vectors), BATCH)])
 
     def write(self, files, vectors):
         files.save_faiss("codec.faiss", self.ivfpq)
-        self.codes = np.concatenate([self.ivfpq.sa_encode(vectors[s:s + BATCH].astype(np.float32))
-                                     for s in range(0, len(vectors), BATCH)])
+        self.codes = self.encode(vectors)
         files.save("codes.npy", self.codes)
 
     @classmethod
@@ -178,9 +196,14 @@ class ResidualPQStore(TokenCodec):
         return np.maximum(np.sqrt(np.einsum("td,td->t", decoded, decoded)), 1e-6)
 
     def centroid_ids(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """The coarse centroid of each token: the little-endian first bytes of its code (Faiss `encode_listno`)."""
-        head = np.asarray(self.codes[rows, :self.centroid_bytes], dtype=np.int64)
-        return (head << (8 * np.arange(self.centroid_bytes))).sum(axis=1)
+        """The coarse centroid of each stored token `rows`."""
+        return self.centroid_ids_of(self.codes[rows], self.centroid_bytes)
+
+    @staticmethod
+    def centroid_ids_of(codes: np.ndarray, centroid_bytes: int) -> np.ndarray:
+        """The coarse centroid of each code: its little-endian first bytes (Faiss `encode_listno`)."""
+        head = np.asarray(codes[:, :centroid_bytes], dtype=np.int64)
+        return (head << (8 * np.arange(centroid_bytes))).sum(axis=1)
 
     def centroids(self) -> np.ndarray:
         quantizer = faiss.extract_index_ivf(self.ivfpq).quantizer
@@ -195,22 +218,29 @@ CODECS: dict[str, type[TokenCodec]] = {c.name: c for c in (Float16Store, Residua
 
 
 # ---- candidate generators ---------------------------------------------------------------------------------------
+def documents_of(offsets: np.ndarray, token_rows: np.ndarray) -> np.ndarray:
+    """The document of each token row (no per-token array: a binary search in the document offsets)."""
+    return np.searchsorted(offsets, token_rows, side="right") - 1
+
+
+def concatenated_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """starts[0]..starts[0]+lengths[0]-1, starts[1]..., as one array."""
+    firsts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - firsts, lengths) + np.arange(int(lengths.sum()))
+
+
 class CandidateGenerator(ABC):
     name: ClassVar[str]
     default_neighbours: ClassVar[int] = 256  # a searcher's `neighbours` when it is not given
     # every stored vector decoded to float32, where the generator keeps them in memory (flat): exact scoring gathers
     # rows from it instead of decoding the codec's rows again (3x faster than float16 -> float32 per batch)
     decoded: np.ndarray | None = None
+    touched: int = 0  # documents the last query's candidate stage looked at
 
     @classmethod
     @abstractmethod
-    def build(cls, files: IndexFiles, vectors: np.ndarray, codec: TokenCodec, doc_of_token: np.ndarray,
-              options: dict) -> dict: ...
-
-    @classmethod
-    @abstractmethod
-    def read(cls, files: IndexFiles, codec: TokenCodec, doc_of_token: np.ndarray, options: dict
-             ) -> CandidateGenerator: ...
+    def read(cls, files: IndexFiles, codec: TokenCodec, offsets: np.ndarray, options: dict) -> CandidateGenerator:
+        ...
 
     @abstractmethod
     def candidates(self, query_vectors: np.ndarray, query_weights: np.ndarray, neighbours: int) -> np.ndarray:
@@ -220,38 +250,34 @@ class CandidateGenerator(ABC):
 class FaissTokenCandidates(CandidateGenerator):
     """The documents owning any of the `neighbours` nearest tokens of any query token in a token-level index."""
 
-    def __init__(self, index: faiss.Index, doc_of_token: np.ndarray):
-        self.index, self.doc_of_token = index, doc_of_token
+    def __init__(self, index: faiss.Index, offsets: np.ndarray):
+        self.index, self.offsets = index, offsets
 
     def candidates(self, query_vectors, query_weights, neighbours):
         n = min(neighbours, self.index.ntotal)
         _, token_ids = self.index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), n)
-        return np.unique(self.doc_of_token[token_ids[token_ids >= 0]])
+        docs = np.unique(documents_of(self.offsets, token_ids[token_ids >= 0]))
+        self.touched = len(docs)
+        return docs
 
 
 class FlatCandidates(CandidateGenerator):
     """Exact: the documents owning any of the `neighbours` highest-scoring tokens of any query token, every stored
     token scored by a matrix product, in blocks whose top `neighbours` are merged. Nothing stored; the decoded
-    vectors are kept in memory when the index opens. (Faiss's IndexFlatIP search with k = 256 took about twice the
-    time of this product and torch's top-k on SciFact, 628 against 350 ms per query. Batching queries into one
-    product did not pay on an AMD CPU, whose float32 products ran at ~40 GFLOP/s, and torch's top-k is 5x slower per
-    score on short rows.)"""
+    vectors are kept in memory when the index opens (small corpora: the default up to EXACT_MAX_DOCUMENTS).
+    Faiss's IndexFlatIP search with k = 256 took about twice the time of this product and torch's top-k."""
     name = "flat"
 
-    def __init__(self, vectors: np.ndarray, doc_of_token: np.ndarray):
-        self.decoded, self.vectors, self.doc_of_token = vectors, torch.from_numpy(vectors), doc_of_token
+    def __init__(self, vectors: np.ndarray, offsets: np.ndarray):
+        self.decoded, self.vectors, self.offsets = vectors, torch.from_numpy(vectors), offsets
 
     @classmethod
-    def build(cls, files, vectors, codec, doc_of_token, options):
-        return {}
-
-    @classmethod
-    def read(cls, files, codec, doc_of_token, options):
-        tokens = len(doc_of_token)
+    def read(cls, files, codec, offsets, options):
+        tokens = int(offsets[-1])
         vectors = np.empty((tokens, options["dim"]), dtype=np.float32)
         for start in range(0, tokens, BATCH):
             vectors[start:start + BATCH] = codec.decode(np.arange(start, min(start + BATCH, tokens)))
-        return cls(vectors, doc_of_token)
+        return cls(vectors, offsets)
 
     def candidates(self, query_vectors, query_weights, neighbours):
         rows = torch.from_numpy(np.ascontiguousarray(query_vectors, dtype=np.float32))
@@ -265,38 +291,25 @@ class FlatCandidates(CandidateGenerator):
             merged_ids = torch.cat([best_ids, top.indices + start], dim=1)
             keep = torch.topk(merged_scores, min(k, merged_scores.shape[1]), dim=1).indices
             best_scores, best_ids = merged_scores.gather(1, keep), merged_ids.gather(1, keep)
-        return np.unique(self.doc_of_token[best_ids.numpy()])
+        self.touched = len(self.offsets) - 1
+        return np.unique(documents_of(self.offsets, best_ids.numpy()))
 
 
 class StoredTokenCandidates(FaissTokenCandidates):
     """A token-level Faiss index in candidates.faiss: IVF-PQ (`nprobe`) or HNSW (`ef_search`)."""
 
     @classmethod
-    def build(cls, files, vectors, codec, doc_of_token, options):
-        ann = cls.empty_index(vectors, codec, options)
-        for start in range(0, len(vectors), BATCH):
-            ann.add(vectors[start:start + BATCH].astype(np.float32))
-        files.save_faiss("candidates.faiss", ann)
-        return {}
-
-    @classmethod
-    def read(cls, files, codec, doc_of_token, options):
+    def read(cls, files, codec, offsets, options):
         index = files.faiss_index("candidates.faiss")
-        if index.ntotal != len(doc_of_token):
+        if index.ntotal != int(offsets[-1]):
             raise AlignerIndexError(f"{files.folder / 'candidates.faiss'}: {index.ntotal} vectors, metadata says "
-                                    f"{len(doc_of_token)}")
+                                    f"{int(offsets[-1])}")
         faiss.ParameterSpace().set_index_parameters(index, cls.search_parameter(options))
-        return cls(index, doc_of_token)
+        return cls(index, offsets)
 
 
 class IvfPqCandidates(StoredTokenCandidates):
     name = "ivfpq"
-
-    @staticmethod
-    def empty_index(vectors, codec, options):
-        if isinstance(codec, ResidualPQStore):  # the same trained quantizer and codebooks
-            return faiss.clone_index(codec.ivfpq)
-        return train_ivfpq(vectors, options["nlist"], options["pq_m"], options.get("train_size"))
 
     @staticmethod
     def search_parameter(options):
@@ -307,31 +320,25 @@ class HnswCandidates(StoredTokenCandidates):
     name = "hnsw"
 
     @staticmethod
-    def empty_index(vectors, codec, options):
-        return faiss.index_factory(vectors.shape[1], f"HNSW{options['hnsw_m']}", faiss.METRIC_INNER_PRODUCT)
-
-    @staticmethod
     def search_parameter(options):
         return f"efSearch={options['ef_search']}"
 
 
 class CentroidCandidates(CandidateGenerator):
+    """PLAID-style: the documents in the inverted lists of each query token's `nprobe` nearest centroids, ranked by
+    their centroid approximation; the best `neighbours` go on to exact scoring. The lists are stored per segment
+    of at most 65,536 documents (centroid_offsets [segments, nlist + 1], 2-byte document numbers), and the
+    approximation reads each candidate's centroid ids from its (memory-mapped) codes: opening the index builds no
+    per-token array."""
     name = "centroid"
-    # documents to exact scoring, chosen on development queries (PQ32x6, 40% of tokens, every query token; nDCG@10
-    # below exact): SciFact train 256 -0.69, 512 -0.46, 1024 -0.46; MS MARCO triples dev 256 -1.90, 512 -0.90,
-    # 1024 -0.27 (docs/aligner.md)
+    # documents to exact scoring, chosen on development queries (docs/aligner.md)
     default_neighbours = 1024
 
-    def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray, documents: int,
-                 nprobe: int):
-        self.centroids = codec.centroids()
-        self.list_offsets, self.list_docs, self.nprobe = list_offsets, list_docs, nprobe
-        # the same (centroid, document) pairs grouped by document: each document's distinct centroids, which is all
-        # the centroid approximation needs (fewer rows than its tokens, gathered contiguously)
-        lists = np.repeat(np.arange(len(list_offsets) - 1), np.diff(list_offsets))
-        by_doc = np.argsort(list_docs, kind="stable")
-        self.doc_centroids = lists[by_doc]
-        self.doc_offsets = np.searchsorted(list_docs[by_doc], np.arange(documents + 1))
+    def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray,
+                 segment_starts: np.ndarray, offsets: np.ndarray, nprobe: int):
+        self.codec, self.centroids = codec, codec.centroids()
+        self.list_offsets, self.list_docs, self.segment_starts = list_offsets, list_docs, segment_starts
+        self.offsets, self.nprobe = offsets, nprobe
 
     @staticmethod
     def _codec(codec: TokenCodec) -> ResidualPQStore:
@@ -341,49 +348,47 @@ class CentroidCandidates(CandidateGenerator):
         return codec
 
     @classmethod
-    def build(cls, files, vectors, codec, doc_of_token, options):
-        centroid_ids = cls._codec(codec).centroid_ids()
-        pairs = np.unique(centroid_ids * (int(doc_of_token.max(initial=0)) + 1) + doc_of_token)  # (centroid, doc)
-        lists, docs = np.divmod(pairs, int(doc_of_token.max(initial=0)) + 1)
-        nlist = codec.options()["nlist"]
-        # document rows in the narrowest type that holds them: 2 bytes per entry below 65536 documents
-        files.save("centroid_docs.npy", docs.astype(np.uint16 if len(doc_of_token) and doc_of_token.max() < 1 << 16
-                                                    else np.int32))
-        files.save("centroid_offsets.npy", np.searchsorted(lists, np.arange(nlist + 1)).astype(np.int64))
-        return {"centroid_list_entries": int(len(docs))}
-
-    @classmethod
-    def read(cls, files, codec, doc_of_token, options):
+    def read(cls, files, codec, offsets, options):
         codec = cls._codec(codec)
         nlist = codec.options()["nlist"]
-        list_offsets = np.asarray(files.array("centroid_offsets.npy", nlist + 1))
-        list_docs = np.asarray(files.array("centroid_docs.npy", int(list_offsets[-1])))
-        return cls(codec, list_offsets, list_docs, options["documents"], min(options["nprobe"], nlist))
+        if (files.folder / "segments.npy").is_file():
+            segment_starts = np.asarray(files.array("segments.npy", np.load(files.folder / "segments.npy",
+                                                                             mmap_mode="r").shape[0]))
+            list_offsets = np.asarray(files.array("centroid_offsets.npy", len(segment_starts) - 1))
+        else:  # format 1: one segment
+            segment_starts = np.array([0, options["documents"]], dtype=np.int64)
+            list_offsets = np.asarray(files.array("centroid_offsets.npy", nlist + 1))[None]
+        if list_offsets.shape[1] != nlist + 1:
+            raise AlignerIndexError(f"{files.folder / 'centroid_offsets.npy'}: {list_offsets.shape[1] - 1} lists, "
+                                    f"the codec has {nlist}")
+        list_docs = files.array("centroid_docs.npy", int(list_offsets[-1, -1]))
+        return cls(codec, list_offsets, list_docs, segment_starts, offsets, min(options["nprobe"], nlist))
 
     def candidates(self, query_vectors, query_weights, neighbours):
         scores = np.ascontiguousarray(query_vectors, dtype=np.float32) @ self.centroids.T  # [q, nlist]
-        probed = np.unique(np.argpartition(-scores, self.nprobe - 1, axis=1)[:, :self.nprobe])
-        docs = np.unique(np.concatenate([self.list_docs[self.list_offsets[c]:self.list_offsets[c + 1]]
-                                         for c in probed])).astype(np.int64)  # uint16 rows: docs + 1 must not wrap
+        nprobe = min(self.nprobe, scores.shape[1])
+        probed = np.unique(np.argpartition(-scores, nprobe - 1, axis=1)[:, :nprobe])
+        starts, ends = self.list_offsets[:, probed], self.list_offsets[:, probed + 1]  # [segments, probed]
+        lengths = (ends - starts).ravel()
+        entries = concatenated_ranges(starts.ravel(), lengths)
+        segment_of_entry = np.repeat(np.repeat(np.arange(len(starts)), len(probed)), lengths)
+        docs = np.unique(np.asarray(self.list_docs[entries], dtype=np.int64)
+                         + self.segment_starts[segment_of_entry])
+        self.touched = len(docs)
         if len(docs) <= neighbours:
             return docs
-        # centroid approximation of every candidate: max over its tokens (= over its distinct centroids) of
-        # q . centroid, weighted sum over q
-        starts, ends = self.doc_offsets[docs], self.doc_offsets[docs + 1]
-        lengths = ends - starts
-        firsts = np.cumsum(lengths) - lengths
-        rows = np.repeat(starts - firsts, lengths) + np.arange(lengths.sum())
-        # [candidates' centroids, q] rows gathered from [nlist, q] and max-reduced per document along contiguous
-        # rows, CENTROID_STAGE_DOCS documents at a time so that the gathered rows stay in cache: the same values as
-        # one [q, entries] gather reduced along its rows, in a third of the time (memory-bound)
+        # centroid approximation of every candidate: sum over query tokens of weight x max over the document's
+        # tokens of q . centroid (the centroid ids read from the codes), CENTROID_STAGE_DOCS documents at a time
         by_centroid = np.ascontiguousarray(scores.T)
-        centroids = self.doc_centroids[rows]
-        bounds = np.append(firsts, len(rows))  # entries of documents [a, b): bounds[a]:bounds[b]
-        blocks = [(a, min(a + CENTROID_STAGE_DOCS, len(docs))) for a in range(0, len(docs), CENTROID_STAGE_DOCS)]
-        best = np.concatenate([  # [docs, q]
-            np.maximum.reduceat(by_centroid[centroids[bounds[a]:bounds[b]]], firsts[a:b] - bounds[a], axis=0)
-            for a, b in blocks])
-        approx = best @ np.asarray(query_weights, dtype=np.float32)
+        weights = np.asarray(query_weights, dtype=np.float32)
+        approx = np.empty(len(docs), dtype=np.float32)
+        for a in range(0, len(docs), CENTROID_STAGE_DOCS):
+            block = docs[a:a + CENTROID_STAGE_DOCS]
+            first, lengths = self.offsets[block], self.offsets[block + 1] - self.offsets[block]
+            rows = concatenated_ranges(first, lengths)
+            best = np.maximum.reduceat(by_centroid[self.codec.centroid_ids(rows)], np.cumsum(lengths) - lengths,
+                                       axis=0)
+            approx[a:a + len(block)] = best @ weights
         return np.sort(docs[np.argpartition(-approx, neighbours - 1)[:neighbours]])
 
 

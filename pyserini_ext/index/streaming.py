@@ -111,7 +111,7 @@ class BuildState:
                     "it, or resume it with the same settings")
         self.folder.mkdir(parents=True, exist_ok=True)
         if not settings_file.is_file():
-            _write_json(settings_file, described)
+            write_json(settings_file, described)
         (self.folder / "parts").mkdir(exist_ok=True)
 
     def part(self, number: int) -> Path:
@@ -130,7 +130,7 @@ class BuildState:
         shutil.rmtree(self.prepared, ignore_errors=True)
         self.prepared.mkdir()
         (prepare or self.builder.prepare)(sample, self.prepared, total)
-        _write_json(self.prepared / PREPARED_DONE, {"documents": len(sample), "total_documents": total})
+        write_json(self.prepared / PREPARED_DONE, {"documents": len(sample), "total_documents": total})
 
     def parts(self) -> list[Path]:
         found = sorted(p for p in (self.folder / "parts").iterdir() if (p / PART_FILE).is_file())
@@ -157,9 +157,10 @@ def run_part(builder: IndexBuilder, documents: list[Document], part: Path, prepa
     for docid, _ in documents:
         check_id(docid, "corpus")
     counts = builder.write_part(documents, tmp, prepared)
-    (tmp / "docids.txt").write_text("".join(f"{d}\n" for d, _ in documents), encoding="utf-8")
+    if not (tmp / "docids.txt").is_file():  # a builder that skips documents writes the ones it kept
+        (tmp / "docids.txt").write_text("".join(f"{d}\n" for d, _ in documents), encoding="utf-8")
     info = {"documents": len(documents), **counts, "seconds": round(time.time() - started, 2)}
-    _write_json(tmp / PART_FILE, info)
+    write_json(tmp / PART_FILE, info)
     shutil.rmtree(part, ignore_errors=True)
     os.replace(tmp, part)
     return info
@@ -197,18 +198,20 @@ def build(builder: IndexBuilder, documents: Iterable[Document], output: str | os
         raise ValueError(f"chunk_docs must be >= 1, got {chunk_docs}")
     check_output(output, overwrite, builder.owns)  # before any work
     state = BuildState(builder, Path(output), chunk_docs, resume)
-    stream = iter(documents)
-    head = list(islice(stream, max(builder.sample_docs, 0)))
-    state.run_prepare(head, total)
-    bar = tqdm(total=total, desc=f"{builder.kind} index", unit="doc", disable=not progress, smoothing=0.05)
     try:
-        for number, chunk in enumerate(chunks(_chain(head, stream), chunk_docs)):
-            if not state.complete(number):
-                run_part(builder, chunk, state.part(number), state.prepared)
-            bar.update(len(chunk))
-    finally:
-        bar.close()
-    return state.finish(overwrite)
+        stream = iter(documents)
+        head = list(islice(stream, max(builder.sample_docs, 0)))
+        state.run_prepare(head, total)
+        with tqdm(total=total, desc=f"{builder.kind} index", unit="doc", disable=not progress, smoothing=0.05) as bar:
+            for number, chunk in enumerate(chunks(_chain(head, stream), chunk_docs)):
+                if not state.complete(number):
+                    run_part(builder, chunk, state.part(number), state.prepared)
+                bar.update(len(chunk))
+        return state.finish(overwrite)
+    except BaseException:
+        if not resume:  # nothing will resume it: leave nothing behind
+            shutil.rmtree(state.folder, ignore_errors=True)
+        raise
 
 
 def _chain(head: list[Document], rest: Iterator[Document]) -> Iterator[Document]:
@@ -296,7 +299,7 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _write_json(path: Path, value: object) -> None:
+def write_json(path: Path, value: object) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value, indent=1))
     os.replace(tmp, path)
