@@ -182,6 +182,17 @@ class IndexingOptions:
     workers: int = option(1, help="encode on this many Ray actors (one model load each; a local Ray is started "
                                   "unless --ray-address); the index equals the one-process build", min=1)
     ray_address: str | None = option(None, help="join this Ray cluster (`auto`, or ray://HOST:PORT) to encode")
+    chunk_docs: int = option(16384, help="documents encoded and written per part of the index (the unit of "
+                                         "progress and of resuming)", min=1)
+    restart: bool = option(False, help="discard an interrupted build of this output instead of resuming it")
+
+    def documents(self):
+        """(the corpus as a stream of (docid, document), its number of documents): never read whole."""
+        from pyserini_ext.data import iter_corpus, load_dataset
+        from pyserini_ext.index.streaming import corpus_size
+
+        path = self.corpus if self.corpus else load_dataset(self.dataset).corpus_file
+        return iter_corpus(path), corpus_size(path)
 
     def on_ray(self) -> bool:
         return self.workers > 1 or self.ray_address is not None
