@@ -256,96 +256,28 @@ def test_cls_alignment_brings_the_cls_part_to_the_teacher(distilled_set, teacher
     tokenizer = AutoTokenizer.from_pretrained(backbone_path("splade-tiny"))
     before = semantic_agreement(model, tokenizer, *teacher_scores)
     config = TrainConfig(learning_rate=1e-4, head_learning_rate=1e-3, warmup_ratio=0.0, seed=3)
-    losses, targets = align_cls_to_teacher(model, tokenizer, data, spec, config, checkpoint_dir=tmp_path / "ckpt")
+    losses = align_cls_to_teacher(model, tokenizer, data, spec, config, checkpoint_dir=tmp_path / "ckpt")
     after = semantic_agreement(model, tokenizer, *teacher_scores)
     assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
     assert any((tmp_path / "ckpt" / "teacher").glob("minilm-passages-128-*.npz"))
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
     assert after > before + 0.1, (before, after)
-    assert targets.of(teacher_scores[0][:2], "queries").shape == (2, 128)
 
 
-def test_cls_alignment_weight_keeps_the_semantic_part_near_the_teacher(distilled_set, teacher_scores, tmp_path):
-    """With the alignment loss kept through the listwise stage (`cls_alignment_weight`), the semantic part agrees
-    better with the teacher after the stage than without it, from the same start and the same batches."""
-    from transformers import AutoTokenizer
-
-    from pyserini_ext.models.backbones import backbone_path
-    from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
-
-    _, _, data = distilled_set
-    with pytest.raises(ValueError, match="cls_alignment_epochs >= 1"):
-        AggretrieverModelConfig("splade-tiny", cls_alignment_weight=1.0)
-    tokenizer = AutoTokenizer.from_pretrained(backbone_path("splade-tiny"))
-    # a head learning rate high enough that the listwise stage moves the semantic part within a few steps
-    config = TrainConfig(learning_rate=1e-4, head_learning_rate=2e-2, max_steps=8, batch_size=4, group_size=2,
-                         warmup_ratio=0.0, seed=3)
-    agreement = {}
-    for weight in (0.0, 20.0):
-        spec = AggretrieverModelConfig("splade-tiny", heads="lexical", cls_alignment_epochs=1,
-                                       cls_alignment_weight=weight)
-        model, losses = train_aggretriever(spec, data, config, checkpoint_dir=tmp_path / f"weight-{weight}")
-        assert len(losses) == 8 and all(np.isfinite(losses))
-        agreement[weight] = semantic_agreement(model, tokenizer, *teacher_scores)
-    assert agreement[20.0] > agreement[0.0] + 0.02, agreement
-
-
-def test_cosine_alignment_distance_holds_directions_not_lengths():
-    """The kept alignment term's "cosine" distance equals the MSE for unit vectors but ignores the semantic part's
-    length (the listwise loss sets it); unknown distances are refused by name."""
-    from pyserini_ext.train.aggretriever import AggretrieverModelConfig, alignment_distance
-
-    generator = torch.Generator().manual_seed(0)
-    targets = torch.nn.functional.normalize(torch.randn(6, 128, generator=generator), dim=-1)
-    predicted = torch.nn.functional.normalize(targets + 0.05 * torch.randn(6, 128, generator=generator), dim=-1)
-    mse, cosine = (alignment_distance(predicted, targets, d).item() for d in ("mse", "cosine"))
-    assert cosine == pytest.approx(mse, rel=1e-5) and cosine > 0.01
-    assert alignment_distance(3 * predicted, targets, "cosine").item() == pytest.approx(cosine, rel=1e-5)
-    assert alignment_distance(3 * predicted, targets, "mse").item() > 10 * mse
-    with pytest.raises(ValueError, match="cls_alignment_distance must be one of"):
-        AggretrieverModelConfig("splade-tiny", cls_alignment_epochs=1, cls_alignment_weight=1.0,
-                                cls_alignment_distance="l1")
-
-
-def test_parts_follow_the_teachers_of_their_kind(distilled_set):
-    """`part_teachers="by-kind"`: the batches carry, for the same passages, the MiniLM-only and the splade-tiny +
-    BM25 ensembles; the [CLS] part's loss follows the first, the lexical part's the second, the concat the whole
-    ensemble. Judged pairs (no teacher scores) are refused, and so are unknown settings."""
-    from pyserini_ext.train.aggretriever import (
-        PART_WEIGHT,
-        TEACHERS_BY_PART,
-        AggretrieverModelConfig,
-        _distillation_objective,
-        train_aggretriever,
-    )
-    from pyserini_ext.train.data import LabelledData
+def test_distillation_loss_is_the_concat_plus_half_of_each_part(distilled_set):
+    """The listwise stage's loss: the concatenated vector's, plus PART_WEIGHT x each part's, all against the
+    teacher ensemble's scores of the batch."""
+    from pyserini_ext.train.aggretriever import PART_WEIGHT, _distillation_objective
     from pyserini_ext.train.distill import distillation_loss
 
     _, _, data = distilled_set
-    plain = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0))
-    batch = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0, part_weights=TEACHERS_BY_PART))
-    assert batch.passage_texts == plain.passage_texts and torch.equal(batch.teacher, plain.teacher)
-    assert plain.part_teachers == {} and set(batch.part_teachers) == {"semantic", "lexical"}
-    semantic = batch.part_teachers["semantic"]
-    assert semantic.shape == (4, 3) and not torch.allclose(semantic, batch.teacher)
-    minilm = data.ensemble({"minilm": 1.0})
-    same_text = [i for i, q in enumerate(data.queries) if q.text == batch.query_texts[0]]
-    assert set(np.round(semantic[0].numpy(), 5)) <= set(np.round(np.concatenate([minilm[i] for i in same_text]), 5))
-
+    batch = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0))
     config = TrainConfig(batch_size=4, group_size=3)
     generator = torch.Generator().manual_seed(0)
     queries, passages = torch.randn(4, 8, generator=generator), torch.randn(12, 8, generator=generator)
-    _, _, batch_loss, log = _distillation_objective(data, config, 3, TEACHERS_BY_PART)
+    _, _, batch_loss, log = _distillation_objective(data, config, 3)
     expected = (distillation_loss(queries @ passages.T, batch.teacher, config)
-                + PART_WEIGHT * distillation_loss(queries[:, 3:] @ passages[:, 3:].T, batch.part_teachers["lexical"],
-                                                  config)
-                + PART_WEIGHT * distillation_loss(queries[:, :3] @ passages[:, :3].T, semantic, config))
+                + PART_WEIGHT * distillation_loss(queries[:, 3:] @ passages[:, 3:].T, batch.teacher, config)
+                + PART_WEIGHT * distillation_loss(queries[:, :3] @ passages[:, :3].T, batch.teacher, config))
     assert batch_loss(queries, passages, batch).item() == pytest.approx(expected.item(), rel=1e-6)
-    assert batch_loss(queries, passages, plain).item() != pytest.approx(expected.item(), rel=1e-3)
-    assert log["part_teachers"] == TEACHERS_BY_PART
-
-    with pytest.raises(ValueError, match="part_teachers must be one of"):
-        AggretrieverModelConfig("splade-tiny", part_teachers="minilm")
-    labelled = LabelledData({"d": {"title": "", "text": "t"}}, {"q": "t"}, {"q": {"d": 1}})
-    with pytest.raises(ValueError, match="needs a distillation set"):
-        train_aggretriever(AggretrieverModelConfig("splade-tiny", part_teachers="by-kind"), labelled)
+    assert log == {"data": "distillation", "training_queries": len(data.queries)}

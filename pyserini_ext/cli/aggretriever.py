@@ -10,13 +10,7 @@ from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
 from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
 from pyserini_ext.registry import resolve_model
-from pyserini_ext.train.aggretriever import (
-    ALIGNMENT_DISTANCES,
-    HEAD_INITS,
-    PART_TEACHERS,
-    PASSAGE_MAX_LENGTH,
-    QUERY_MAX_LENGTH,
-)
+from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
 
 _DEFAULTS = AggretrieverConfig()
 
@@ -54,14 +48,6 @@ class AggretrieverTrainOptions(TrainingOptions):
     cls_alignment_epochs: int = option(0, help="with --distill: passes regressing the [CLS] part onto the MiniLM "
                                                 "teacher's vectors first (for a mean-pooling body such as "
                                                 "all-minilm-l6-v2)", min=0)
-    cls_alignment_weight: float = option(0.0, help="with --cls-alignment-epochs: weight of the same regression "
-                                                    "kept as a loss term of the listwise stage", min=0)
-    cls_alignment_distance: str = option("mse", choices=ALIGNMENT_DISTANCES,
-                                         help="what that kept term measures: mse (vectors, length included) or "
-                                              "cosine (directions only: the listwise loss sets the part's scale)")
-    part_teachers: str = option("ensemble", choices=PART_TEACHERS,
-                                help="with --distill: whose scores the parts' losses follow: the whole ensemble, or "
-                                     "by-kind (the [CLS] part MiniLM's, the lexical part splade-tiny's and BM25's)")
 
 
 @dataclass(kw_only=True)
@@ -95,10 +81,7 @@ def train(options: AggretrieverTrainOptions) -> None:
 
     model = AggretrieverModelConfig(options.model, heads=options.heads, query_max_length=options.query_max_length,
                                     passage_max_length=options.passage_max_length,
-                                    cls_alignment_epochs=options.cls_alignment_epochs,
-                                    cls_alignment_weight=options.cls_alignment_weight,
-                                    cls_alignment_distance=options.cls_alignment_distance,
-                                    part_teachers=options.part_teachers)
+                                    cls_alignment_epochs=options.cls_alignment_epochs)
     _, losses = train_aggretriever(model, options.training_data(), options.train_config(), options.output,
                                    checkpoint_dir=options.checkpoints)
     print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")

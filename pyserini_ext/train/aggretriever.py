@@ -44,13 +44,7 @@ QUERY_MAX_LENGTH = 32
 PASSAGE_MAX_LENGTH = 128
 HEAD_INITS = ("random", "lexical")
 ALIGNMENT_BATCH = 32  # texts per step of the [CLS] alignment stage
-ALIGNMENT_DISTANCES = ("mse", "cosine")  # of the alignment term kept through the listwise stage
 PART_WEIGHT = 0.5  # weight of the agg-only and of the [CLS]-only loss, as in the released training code
-# `part_teachers="by-kind"`: each part's listwise loss learns from the teachers of its own kind (the [CLS] part
-# from the dense MiniLM, the lexical part from splade-tiny and BM25, in the ensemble's 0.35 : 0.15 proportion);
-# the concatenation keeps the whole ensemble
-TEACHERS_BY_PART = {"semantic": {"minilm": 1.0}, "lexical": {"splade": 0.7, "bm25": 0.3}}
-PART_TEACHERS = ("ensemble", "by-kind")
 
 
 @dataclass
@@ -138,30 +132,11 @@ class AggretrieverModelConfig:
     # passes of [CLS] alignment before the listwise stage (`align_cls_to_teacher`), for a body that was trained
     # with mean pooling (all-MiniLM-L6-v2), whose [CLS] state is a weak sentence vector; 0 skips the stage
     cls_alignment_epochs: int = 0
-    # weight of the same alignment loss (MSE to the teacher's projected vectors, on the batch's queries and
-    # passages) kept as a term of the listwise stage, so that the semantic part keeps the teacher's geometry while
-    # the body learns the lexical part; 0: the listwise loss alone. Needs cls_alignment_epochs >= 1
-    cls_alignment_weight: float = 0.0
-    # what that kept term measures: "mse" holds the part at the teacher's vectors, length included; "cosine" holds
-    # only their directions (2 (1 - cos), the MSE's value for unit vectors), leaving the listwise loss to set the
-    # part's scale against the lexical part's
-    cls_alignment_distance: str = "mse"
-    # whose scores each part's listwise loss (distillation only) follows: "ensemble" (all three parts) or
-    # "by-kind" (`TEACHERS_BY_PART`; the concatenation keeps the ensemble)
-    part_teachers: str = "ensemble"
     store_dtype: str = "float32"  # "float16" halves the saved masked LM's weights (they load back as float32)
 
     def __post_init__(self):
         if self.cls_alignment_epochs < 0:
             raise ValueError(f"cls_alignment_epochs must be >= 0, got {self.cls_alignment_epochs}")
-        if self.cls_alignment_weight < 0 or (self.cls_alignment_weight and not self.cls_alignment_epochs):
-            raise ValueError("cls_alignment_weight must be >= 0, and > 0 only with cls_alignment_epochs >= 1 (the "
-                             f"alignment stage provides the teacher's vectors), got {self.cls_alignment_weight}")
-        if self.cls_alignment_distance not in ALIGNMENT_DISTANCES:
-            raise ValueError(f"cls_alignment_distance must be one of {ALIGNMENT_DISTANCES}, "
-                             f"got {self.cls_alignment_distance!r}")
-        if self.part_teachers not in PART_TEACHERS:
-            raise ValueError(f"part_teachers must be one of {PART_TEACHERS}, got {self.part_teachers!r}")
         if self.heads not in HEAD_INITS:
             raise ValueError(f"heads must be one of {HEAD_INITS}, got {self.heads!r}")
         if min(self.query_max_length, self.passage_max_length) < 2:
@@ -200,9 +175,6 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
     config = config or TrainConfig()
     if config.batch_size < 2:
         raise ValueError(f"contrastive training needs batch_size >= 2, got {config.batch_size}")
-    if model.part_teachers != "ensemble" and not isinstance(data, DistillationSet):
-        raise ValueError(f"part_teachers={model.part_teachers!r} needs a distillation set (the teachers' scores), "
-                         "not judged pairs")
     set_seed(config.seed)  # new heads are initialised at load time
     aggretriever, folder = load_trainable_model(model)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -212,11 +184,10 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
         return aggretriever(**{k: inputs[k].to(config.device) for k in ("input_ids", "attention_mask")})
 
     log = {}
-    targets = None
     if model.cls_alignment_epochs:
         if not isinstance(data, DistillationSet) or aggretriever.cls_proj is None:
             raise ValueError("[CLS] alignment needs a distillation set and a model with a [CLS] part")
-        alignment, targets = align_cls_to_teacher(
+        alignment = align_cls_to_teacher(
             aggretriever, tokenizer, data, model, config,
             checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir) / "cls-alignment",
             new_heads=not (folder / AGG_CONFIG_NAME).is_file())
@@ -225,21 +196,13 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
     if isinstance(data, LabelledData):
         make_batches, steps, batch_loss, objective_log = _labelled_objective(data, config, cls_dim)
     else:
-        part_weights = TEACHERS_BY_PART if model.part_teachers == "by-kind" else None
-        make_batches, steps, batch_loss, objective_log = _distillation_objective(data, config, cls_dim, part_weights)
+        make_batches, steps, batch_loss, objective_log = _distillation_objective(data, config, cls_dim)
     log.update(objective_log)
 
     def loss_fn(_, batch) -> Tensor:
         queries = encode(batch.query_texts, model.query_max_length)
         passages = encode(batch.passage_texts, model.passage_max_length)
-        loss = batch_loss(queries, passages, batch)
-        if model.cls_alignment_weight:
-            distance = model.cls_alignment_distance
-            anchor = (alignment_distance(queries[:, :cls_dim], targets.of(batch.query_texts, "queries"), distance)
-                      + alignment_distance(passages[:, :cls_dim], targets.of(batch.passage_texts, "passages"),
-                                           distance))
-            loss = loss + model.cls_alignment_weight * anchor / 2
-        return loss
+        return batch_loss(queries, passages, batch)
 
     losses = train(aggretriever, make_batches, loss_fn, config, steps, desc="train aggretriever",
                    checkpoint_dir=checkpoint_dir)
@@ -291,19 +254,16 @@ def _labelled_objective(data: LabelledData, config: TrainConfig, cls_dim: int):
     return make_batches, steps_per_epoch, batch_loss, data.log() | {"training_queries": len(examples)}
 
 
-def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int,
-                            part_weights: Mapping[str, Mapping[str, float]] | None = None):
+def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int):
     def batch_loss(queries: Tensor, passages: Tensor, batch) -> Tensor:
         def part_loss(q: Tensor, p: Tensor, part: str) -> Tensor:
-            return distillation_loss(q @ p.T, batch.part_teachers.get(part, batch.teacher), config)
+            return distillation_loss(q @ p.T, batch.teacher, config)
 
         return concat_and_parts(part_loss, queries, passages, cls_dim)
 
-    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch,
-                                               part_weights=part_weights),
+    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch),
             steps_per_epoch(data, config), batch_loss,
-            {"data": "distillation", "training_queries": len(data.queries),
-             "part_teachers": dict(part_weights or {})})
+            {"data": "distillation", "training_queries": len(data.queries)})
 
 
 @dataclass
@@ -311,16 +271,10 @@ class TeacherTargets:
     """The teacher's vectors of the distillation set's texts in the semantic part's coordinates."""
     by_text: dict[str, dict[str, np.ndarray]]  # "queries" / "passages" -> text -> [cls_dim]
 
-    def of(self, texts: list[str], kind: str) -> Tensor:
-        return torch.from_numpy(np.stack([self.by_text[kind][text] for text in texts]))
 
-
-def alignment_distance(predicted: Tensor, targets: Tensor, distance: str = "mse") -> Tensor:
-    """Distance of the semantic part from the teacher's projected vectors, mean over the batch: squared L2 ("mse")
-    or 2 (1 - cosine) ("cosine")."""
+def alignment_distance(predicted: Tensor, targets: Tensor) -> Tensor:
+    """Squared L2 distance of the semantic part from the teacher's projected vectors, mean over the batch."""
     predicted, targets = predicted.float(), targets.to(predicted.device)
-    if distance == "cosine":
-        return 2 * (1 - torch.nn.functional.cosine_similarity(predicted, targets, dim=-1)).mean()
     return (predicted - targets).pow(2).sum(-1).mean()
 
 
@@ -333,7 +287,7 @@ class AlignmentBatch:
 
 def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: DistillationSet, spec: AggretrieverModelConfig,
                          config: TrainConfig, checkpoint_dir: Path | None = None, new_heads: bool = True
-                         ) -> tuple[list[float], TeacherTargets]:
+                         ) -> list[float]:
     """Teach the [CLS] part the MiniLM teacher's geometry, cheaply, before the listwise stage.
 
     all-MiniLM-L6-v2 was trained with mean pooling: its [CLS] state alone ranks SciFact train queries at nDCG@10
@@ -345,8 +299,7 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
     (the teacher's own body) starts as that projection.
     Every query and passage of the distillation set is a training text, `spec.cls_alignment_epochs` times.
     This stage runs the body only, not the MLM head, so a step costs a fraction of a listwise step. Teacher
-    vectors are cached under `checkpoint_dir`. Returns the stage's losses and the targets (for
-    `cls_alignment_weight`).
+    vectors are cached under `checkpoint_dir`. Returns the stage's losses.
     """
     from pyserini_ext.data import document_text
     from pyserini_ext.train.distill import MiniLMTeacher, cached_encoding
@@ -394,4 +347,4 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
     stage = replace(config, epochs=spec.cls_alignment_epochs, max_steps=None)
     steps = -(-len(items) // ALIGNMENT_BATCH)
     return train(aggretriever, make_batches, loss_fn, stage, steps, desc="align [CLS] to the teacher",
-                 checkpoint_dir=checkpoint_dir), targets
+                 checkpoint_dir=checkpoint_dir)
