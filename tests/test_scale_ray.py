@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
 from pyserini_ext.index.aligner import AlignerIndex, build_index, encode_corpus
+from pyserini_ext.index.aligner_build import build_aligner_index
 from pyserini_ext.index.deepct import build_deepct_index
 from pyserini_ext.index.scale import encode_on_ray
 from pyserini_ext.models.aggretriever import from_masked_lm
@@ -82,7 +83,8 @@ def test_two_ray_workers_build_the_single_process_indexes(cluster, corpus, model
     assert LuceneIndexReader(str(ray_index)).stats() == LuceneIndexReader(str(single)).stats()
 
     # AligneR: same tokens and offsets; vectors equal up to float16 rounding of batch-dependent float32 noise
-    ray_folder = encode_on_ray("aligner", aligner_dir, corpus, tmp_path / "aligner", workers=2)
+    ray_folder = build_aligner_index(aligner_dir, iter(corpus.items()), tmp_path / "aligner", workers=2,
+                                     chunk_docs=5, progress=False)
     model = AlignerModel.from_pretrained(aligner_dir)
     single_folder = build_index(encode_corpus(model, corpus, progress=False), tmp_path / "aligner-single",
                                 progress=False)

@@ -20,7 +20,7 @@ from pyserini_ext.cli.options import (
 from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.aligner import AlignerConfig
-from pyserini_ext.registry import resolve_model
+from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.train.aligner import AlignerModelConfig
 
 DEFAULT_THREADS = 1  # torch's OpenMP pool thrashes on small, busy machines; 1 thread was ~50x faster here
@@ -141,41 +141,43 @@ def index(options: AlignerIndexOptions) -> int:
     from pyserini_ext.cli.options import cap_max_length
     from pyserini_ext.encode.aligner import AlignerDocumentEncoder
     from pyserini_ext.index.aligner import EncodedCorpus, build_index, encode_corpus
+    from pyserini_ext.index.aligner_build import AlignerIndexSettings, build_aligner_index
     _threads(options.threads)
     if Path(options.output).exists() and not options.overwrite:  # before the encoding work
         raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
-    corpus = None
-    if options.corpus or options.dataset:
-        corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
-    model_path = resolve_model(options.model, "aligner")
+    model_path = str(Path(resolve_model(options.model, "aligner")).resolve())
     settings = {name: getattr(options, name)
                 for name in ("beta_d", "reduction", "duplicate_cosine", "codec", "candidates", "nlist", "pq_m",
                              "pq_bits")
                 if getattr(options, name) is not None}
-    if options.on_ray():
-        from pyserini_ext.index.scale import encode_on_ray
-
-        folder = encode_on_ray("aligner", model_path, corpus, options.output, options.workers,
-                               ray_address=options.ray_address,
-                               options=options.ray_options(max_length=options.max_length,
-                                                           overwrite=options.overwrite, **settings))
-    else:
-        runtime = options.runtime()
+    runtime = options.runtime()
+    if options.encoded:  # a whole-corpus encoding cache (several pruning ratios from one encoding): small corpora
         encoder = AlignerDocumentEncoder(model_path, device=options.device, backend=runtime.backend,
                                          precision=runtime.precision)
         max_length = cap_max_length(options.max_length, encoder.model.encoder.config.max_position_embeddings)
+        corpus = None
+        if options.corpus or options.dataset:
+            corpus = read_corpus(options.corpus) if options.corpus else load_dataset(options.dataset).corpus
         if options.has_cached_encoding():
             encoded = EncodedCorpus.load(options.encoded)
             encoded.check_matches(options.encoded, encoder.model, corpus, max_length)
         else:
             encoded = encode_corpus(encoder, corpus, batch_size=options.batch_size, max_length=max_length,
-                                    model_path=str(Path(model_path).resolve()))
-            if options.encoded:
-                encoded.save(options.encoded)
-        folder = build_index(encoded, options.output, overwrite=options.overwrite, **settings)
+                                    model_path=model_path)
+            encoded.save(options.encoded)
+        folder = build_index(encoded, options.output, overwrite=options.overwrite, chunk_docs=options.chunk_docs,
+                             **settings)
+    else:
+        documents, total = options.documents()
+        folder = build_aligner_index(
+            model_path, documents, options.output,
+            AlignerIndexSettings(**settings, max_length=options.max_length, batch_size=options.batch_size),
+            runtime={"device": options.device, "backend": runtime.backend, "precision": runtime.precision},
+            total=total, chunk_docs=options.chunk_docs, overwrite=options.overwrite, resume=not options.restart,
+            workers=options.workers, ray_address=options.ray_address)
     metadata = json.loads((folder / "metadata.json").read_text())
-    print(json.dumps({"index": str(folder), "counts": metadata["counts"],
-                      "bytes_per_token": round(metadata["bytes_per_token"], 2)}))
+    print(json.dumps({"index": str(folder), "counts": metadata["counts"], "codec": metadata["codec"],
+                      "candidates": metadata["candidates"], "bytes_per_token": round(metadata["bytes_per_token"], 2)}))
     return 0
 
 
@@ -203,7 +205,7 @@ def search(options: AlignerRunOptions) -> int:
         queries = load_dataset(options.dataset).split_queries(options.split)
     searcher = _searcher(options)
     started = time.time()
-    hits = searcher.batch_search(list(queries.values()), list(queries), k=options.hits)
+    hits = searcher.batch_search(list(queries.values()), list(queries), k=options.hits, progress=True)
     elapsed = time.time() - started
     write_trec_run({qid: [(h.docid, h.score) for h in qhits] for qid, qhits in hits.items()}, options.output,
                    tag=f"aligner-{searcher.alignment}")

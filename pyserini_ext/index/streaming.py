@@ -156,7 +156,11 @@ def run_part(builder: IndexBuilder, documents: list[Document], part: Path, prepa
     started = time.time()
     for docid, _ in documents:
         check_id(docid, "corpus")
-    counts = builder.write_part(documents, tmp, prepared)
+    try:
+        counts = builder.write_part(documents, tmp, prepared)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if not (tmp / "docids.txt").is_file():  # a builder that skips documents writes the ones it kept
         (tmp / "docids.txt").write_text("".join(f"{d}\n" for d, _ in documents), encoding="utf-8")
     info = {"documents": len(documents), **counts, "seconds": round(time.time() - started, 2)}

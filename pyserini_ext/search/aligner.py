@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from pyserini.search.faiss import DenseSearchResult
+from tqdm.auto import tqdm
 
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
 from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError
@@ -26,9 +27,10 @@ from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, ali
 class AlignerSearcher:
     def __init__(self, index: str | os.PathLike | AlignerIndex, model: str | os.PathLike | AlignerModel,
                  beta_q: float = DEFAULT_BETA_Q, alignment: Alignment | str = MAXSIM, neighbours: int | None = None,
-                 nprobe: int = 32, score_batch: int = 512, check_model: bool = True,
+                 nprobe: int | None = None, score_batch: int = 512, check_model: bool = True,
                  query_encoder: AlignerQueryEncoder | None = None):
-        """`neighbours`: see `candidate_documents` (default: the index's candidate generator's);
+        """`neighbours`: see `candidates` (default: the index's candidate generator's); `nprobe`: centroids or IVF
+        lists probed per query token (default: what the index records for its size);
         `query_encoder`: encode queries on its backend/precision (ONNX Runtime, bf16, int8) instead of `model`."""
         self.index = index if isinstance(index, AlignerIndex) else AlignerIndex.open(index, nprobe=nprobe)
         self.model = model if isinstance(model, AlignerModel) else AlignerModel.from_pretrained(model)
@@ -96,15 +98,19 @@ class AlignerSearcher:
         return self.rank(vectors, weights, k, alignment)
 
     def batch_search(self, queries: Sequence[str], q_ids: Sequence[str], k: int = 10, threads: int = 1,
-                     alignment: Alignment | None = None, query_batch: int = 64) -> dict[str, list[DenseSearchResult]]:
-        """qid -> hits; `threads` is accepted for Pyserini compatibility (torch's thread count applies)."""
+                     alignment: Alignment | None = None, query_batch: int = 64, progress: bool = False
+                     ) -> dict[str, list[DenseSearchResult]]:
+        """qid -> hits; `threads` is accepted for Pyserini compatibility (torch's thread count applies);
+        `progress`: a bar with time left on the terminal."""
         if len(queries) != len(q_ids):
             raise ValueError(f"{len(queries)} queries but {len(q_ids)} query ids")
         results: dict[str, list[DenseSearchResult]] = {}
-        for start in range(0, len(queries), query_batch):
-            encoded = self.encode_queries(queries[start:start + query_batch])
-            for qid, (vectors, weights) in zip(q_ids[start:start + query_batch], encoded):
-                results[qid] = self.rank(vectors, weights, k, alignment)
+        with tqdm(total=len(queries), desc="aligner search", unit="query", disable=not progress) as bar:
+            for start in range(0, len(queries), query_batch):
+                encoded = self.encode_queries(queries[start:start + query_batch])
+                for qid, (vectors, weights) in zip(q_ids[start:start + query_batch], encoded):
+                    results[qid] = self.rank(vectors, weights, k, alignment)
+                    bar.update(1)
         return results
 
     def brute_force(self, query: str, k: int = 10, alignment: Alignment | None = None) -> list[DenseSearchResult]:
@@ -113,7 +119,7 @@ class AlignerSearcher:
         return self.rank(vectors, weights, k, alignment, doc_indices=np.arange(len(self.index)))
 
 
-def open_searcher(index: str | os.PathLike, model: str | os.PathLike | None = None, nprobe: int = 32,
+def open_searcher(index: str | os.PathLike, model: str | os.PathLike | None = None, nprobe: int | None = None,
                   **kwargs) -> AlignerSearcher:
     """Searcher whose model defaults to the model path recorded in the index metadata."""
     opened = AlignerIndex.open(index, nprobe=nprobe)
