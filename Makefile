@@ -49,7 +49,7 @@ test-slow: $(INSTALLED)
 lint: $(INSTALLED)
 	$(BIN)/ruff check pyserini_ext java_bridge tests bench scripts experiments
 
-# every benchmark, then docs/bench.md; BENCH_ARGS="--corpus-encodings runs/report/full" adds whole-corpus AligneR
+# every benchmark, then docs/bench-results.md (generated); BENCH_ARGS="--corpus-encodings runs/report/full" adds whole-corpus AligneR
 BENCH_ARGS ?=
 bench: $(INSTALLED)
 	$(BIN)/python bench/make_report.py $(BENCH_ARGS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -105,7 +105,9 @@ def train_aligner(model: AlignerModelConfig, data: LabelledData | DistillationSe
     config = config or TrainConfig()
     set_seed(config.seed)  # new heads
     name = str(model.model)
-    aligner = AlignerModel.from_backbone(backbone_path(name) if name in BACKBONES else name, model.architecture)
+    # the folder records where its body came from: a packaged backbone by its name, never this machine's path
+    aligner = AlignerModel.from_backbone(backbone_path(name) if name in BACKBONES else name,
+                                         replace(model.architecture, backbone=model.architecture.backbone or name))
     objective = _labelled_objective if isinstance(data, LabelledData) else _distillation_objective
     make_batches, steps, batch_loss, log = objective(data, config)
 
