@@ -48,12 +48,9 @@ def resolve_device(device: str | None) -> torch.device:
 
 def default_position_chunk(device: torch.device, precision: str = "float32") -> int:
     """Aggretriever positions per MLM-head block. CPU: about 8 MB of logits, 64 rows of float32 or 128 of bfloat16
-    (the same bytes; bigger blocks read the [hidden, vocab] decoder fewer times). Measured on 96 SciFact passages at
-    256 tokens, torch passages/s at 64 / 128 / 192 / 256 rows, AMX Xeon: float32 one thread 27.2 at 64, 24.5 at
-    256; bfloat16 one thread 55.0 / 59.4 / 63.7 / 62.5 (means of repeats), two threads 82.8 / 99.0 / 103.7 / 104.9,
-    and a cliff beyond (one thread: 52.5 at 320, 40.4 at 384). GPU: big blocks keep it busy; on an H200 with 4,096
-    SciFact passages, batch 128, chunk 64 / 256 / 1024 gave float32 722 / 1051 / 1223 and float16 798 / 1472 /
-    1862."""
+    (the same bytes, which stay in cache; bigger blocks read the [hidden, vocab] decoder fewer times until they fall
+    out of it). GPU: big blocks keep it busy. Measured in docs/journal/bench.md ("Position chunk per device") and
+    docs/gpu.md."""
     if device.type == "cuda":
         return 1024
     return 128 if precision in AUTOCAST_DTYPES else 64

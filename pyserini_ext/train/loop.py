@@ -51,7 +51,7 @@ class TrainConfig:
     precision: str = "fp32"
     # dropout on the attention probabilities while training; None keeps the backbone's own (BERT: 0.1). Any
     # non-zero value sends PyTorch's attention down its unfused path (scores materialised, a dropout mask drawn
-    # per score): on a CPU an AligneR step took 16.2 s with BERT's 0.1 and 6.0 s with 0 (MiniLM body, bf16)
+    # per score), several times slower on a CPU (docs/journal/training.md)
     attention_dropout: float | None = None
 
     def __post_init__(self):

@@ -8,8 +8,7 @@ checkpoints under `--work/<model>-checkpoints` and resumes from them when restar
 model whose output folder already holds a complete training_log.json is skipped (`--force` retrains it).
 The settings below are the shipped ones; why each was chosen is in docs/report.md ("How the shipped models were
 trained"). Nothing here looks at test queries. `--device cuda` trains (and runs the teachers) on a GPU with the
-same settings (`--precision fp32` overrides the recipes' bf16); on one H200 a training step of the Aggretriever
-recipe took 0.15 s against 2.7 s here (docs/gpu.md).
+same settings (`--precision fp32` overrides the recipes' bf16); how long that takes against a CPU: docs/gpu.md.
 """
 from __future__ import annotations
 
@@ -41,21 +40,18 @@ class Recipe:
 
 
 RECIPES = {
-    # index_tf: sqrt weights, every occurrence of a word adding its tf; chosen on the development queries (best mean
-    # nDCG@10 of SciFact train and MS MARCO triples dev over a BM25 k1/b grid: 0.8052, against 0.7859 for the released
-    # code's linear/max rule, 0.8023 linear/sum, 0.7810 sqrt/max; docs/deepct.md)
+    # index_tf: sqrt weights, every occurrence of a word adding its tf: the best rule on the development queries
+    # (docs/deepct.md, "Why these defaults")
     "deepct": Recipe(DeepCTModelConfig("splade-tiny", index_tf=TermFrequencyRule(mode="sqrt", merge="sum")),
                      TrainConfig(learning_rate=1e-4, epochs=6, batch_size=16)),
-    # MiniLM body with a tied MLM head; one pass of [CLS] alignment (~7 min), then one epoch of the listwise stage
-    # (976 steps) under bf16 autocast (~2.7 s/step; fp32 ~4.4 s; about 1.5x less since the sparse backward of the
-    # lexical part, docs/bench.md). agg+ rather than agg*: with the same training it
-    # ranked better on both development sets (nDCG@10, SciFact train 400 queries 0.6779 vs 0.6632; MS MARCO triples
-    # dev 0.8976 vs 0.8827). 976 bf16 steps over 600 fp32 ones: SciFact train 0.7045 vs 0.6779 (docs/training.md)
+    # MiniLM body with a tied MLM head; one pass of [CLS] alignment, then one epoch of the listwise stage (976 steps)
+    # under bf16 autocast (faster on CPUs with bf16 kernels). agg+ rather than agg*, and the bf16 epoch rather than
+    # 600 fp32 steps: better on both development sets (experiments/aggretriever-recipe)
     "aggretriever": Recipe(AggretrieverModelConfig("all-minilm-l6-v2", architecture=AggretrieverConfig(pooling="agg+"),
                                                    heads="lexical", cls_alignment_epochs=1, store_dtype="float16"),
                            TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=976, warmup_ratio=0.05,
                                        batch_size=8, group_size=3, precision="bf16")),
-    # MiniLM body (6 x 384) and the unpruned loss term: 240 steps are what ~1 hour of this CPU allows
+    # MiniLM body (6 x 384) and the unpruned loss term; 240 steps fit make models' CPU time (experiments/aligner-recipe)
     "aligner": Recipe(AlignerModelConfig("all-minilm-l6-v2", store_dtype="float16", unpruned_loss_weight=1.0),
                       TrainConfig(learning_rate=2e-5, head_learning_rate=1e-3, max_steps=240, warmup_ratio=0.05,
                                   batch_size=16, group_size=4)),
