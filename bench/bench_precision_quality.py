@@ -22,8 +22,8 @@ import torch
 from bench_aggretriever import runnable
 from ir_measures import nDCG
 
-from pyserini_ext import registry
 from pyserini_ext.data import load_dataset
+from pyserini_ext.models.folder import resolve_model
 
 MODELS = ("Aggretriever", "DeepCT", "AligneR")
 SETTINGS = {
@@ -38,7 +38,7 @@ def _model(kind: str, given: str | None, marker: str) -> str:
     """The given folder, else the shipped default model of this kind (resources/models/defaults.json)."""
     if given:
         return given
-    folder = Path(registry.resolve_model(kind))
+    folder = Path(resolve_model(kind))
     if not (folder / marker).is_file():
         raise SystemExit(f"the default {kind} model {folder} has no {marker}; pass --{kind}")
     return str(folder)

@@ -20,7 +20,7 @@ import ray
 
 from pyserini_ext.data import load_dataset
 from pyserini_ext.index.scale import encode_on_ray
-from pyserini_ext.registry import resolve_model
+from pyserini_ext.models.folder import resolve_model
 
 
 def vectors(folder: Path) -> np.ndarray:

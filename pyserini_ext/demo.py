@@ -34,7 +34,7 @@ from pyserini_ext.cli.options import add_options, from_args, option
 from pyserini_ext.data import load_dataset, write_json_collection, write_topics, write_trec_qrels
 from pyserini_ext.evaluation import evaluate
 from pyserini_ext.index.lucene import lucene_index_command
-from pyserini_ext.registry import resolve_model
+from pyserini_ext.models.folder import resolve_model
 
 SHIPPED_MODEL = "aggretriever"
 LEXICAL_ONLY = "lexical-only"

@@ -50,7 +50,7 @@ from pyserini_ext.index.aligner import DEFAULT_REDUCTION, DUPLICATE_COSINE
 from pyserini_ext.index.lucene import lucene_index_command
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
-from pyserini_ext.registry import default_models
+from pyserini_ext.models.folder import default_models
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import pytest
 
 from pyserini_ext import registry
 from pyserini_ext.evaluation import read_trec_run
+from pyserini_ext.integration.encode import MODEL_ATTRIBUTE
+from pyserini_ext.models.folder import ModelNameError, default_models, model_family, resolve_model
 
 SHIPPED = {"aggretriever": "aggretriever", "aggretriever-onnx": "aggretriever", "deepct": "deepct",
            "aligner": "aligner"}
@@ -47,15 +49,15 @@ def corpus(scifact, tmp_path_factory):
 
 @pytest.mark.parametrize("name,family", SHIPPED.items())
 def test_bare_name_resolves_to_the_shipped_default_of_its_family(name, family):
-    folder = Path(registry.resolve_model(name))
+    folder = Path(resolve_model(name))
     assert folder.parent == registry.resources_dir() / "models"
-    assert folder.name == registry.default_models()[name]
-    assert registry.model_family(folder) == family and registry.model_family(name) == family
+    assert folder.name == default_models()[name]
+    assert model_family(folder) == family and model_family(name) == family
 
 
 def test_one_defaults_table_names_every_bare_name():
-    assert set(registry.default_models()) == set(registry.ENCODERS) & set(registry.default_models())
-    assert {"aggretriever", "aggretriever-onnx", "deepct", "aligner"} <= set(registry.default_models())
+    assert set(default_models()) == set(registry.ENCODERS) & set(default_models())
+    assert {"aggretriever", "aggretriever-onnx", "deepct", "aligner"} <= set(default_models())
 
 
 def test_a_shipped_folder_name_stands_for_that_folder(tmp_path, monkeypatch):
@@ -66,17 +68,17 @@ def test_a_shipped_folder_name_stands_for_that_folder(tmp_path, monkeypatch):
     from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
 
     shipped = registry.resources_dir() / "models" / "aligner-splade-tiny"
-    assert registry.resolve_model("aligner-splade-tiny") == str(shipped)
-    assert registry.model_family("aligner-splade-tiny") == "aligner"
-    with pytest.raises(registry.ModelNameError, match="expected a deepct model, found the aligner model folder"):
-        registry.resolve_model("aligner-splade-tiny", "deepct")
-    assert registry.resolve_model("defaults.json") == "defaults.json"
+    assert resolve_model("aligner-splade-tiny") == str(shipped)
+    assert model_family("aligner-splade-tiny") == "aligner"
+    with pytest.raises(ModelNameError, match="expected a deepct model, found the aligner model folder"):
+        resolve_model("aligner-splade-tiny", "deepct")
+    assert resolve_model("defaults.json") == "defaults.json"
     query = init_query_encoder("aggretriever-splade-tiny", None, None, None, None, "cpu", 32, "cls", False, None)
     assert isinstance(query, AggretrieverQueryEncoder)
-    assert getattr(query, registry.MODEL_ATTRIBUTE) == str(shipped.with_name("aggretriever-splade-tiny"))
+    assert getattr(query, MODEL_ATTRIBUTE) == str(shipped.with_name("aggretriever-splade-tiny"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "aligner-splade-tiny").mkdir()
-    assert registry.resolve_model("aligner-splade-tiny") == "aligner-splade-tiny"
+    assert resolve_model("aligner-splade-tiny") == "aligner-splade-tiny"
 
 
 def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
@@ -89,10 +91,10 @@ def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     from pyserini_ext.encode.aligner import AlignerDocumentEncoder
     from pyserini_ext.encode.deepct import DeepCTDocumentEncoder, DeepCTQueryEncoder
 
-    aligner = Path(registry.resolve_model("aligner")).with_name("aligner-splade-tiny")
+    aligner = Path(resolve_model("aligner")).with_name("aligner-splade-tiny")
     assert "splade" in aligner.name and aligner.is_dir()
     neutral = tmp_path / "my-model"
-    neutral.symlink_to(registry.resolve_model("aggretriever"), target_is_directory=True)
+    neutral.symlink_to(resolve_model("aggretriever"), target_is_directory=True)
 
     def document_encoder(encoder, encoder_class=None):
         return init_encoder(str(encoder), encoder_class, "cpu", "cls", False, None, False, False)
@@ -107,7 +109,7 @@ def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     query = init_query_encoder(str(neutral), None, None, None, None, "cpu", 32, "cls", False, None)
     assert isinstance(query, AggretrieverQueryEncoder)
     assert isinstance(LuceneImpactSearcher._init_query_encoder_from_str("deepct"), DeepCTQueryEncoder)
-    with pytest.raises(registry.ModelNameError, match="'deepct' is a deepct model; the aligner encoder"):
+    with pytest.raises(ModelNameError, match="'deepct' is a deepct model; the aligner encoder"):
         document_encoder("deepct", "aligner")
 
 
@@ -115,20 +117,20 @@ def test_hub_names_of_aggretriever_models_route_to_our_class():
     import pyserini.encode as encode
 
     for name in ("castorini/aggretriever-distilbert", "castorini/aggretriever-cocondenser"):
-        assert registry.model_family(name) == "aggretriever"
-        assert registry.resolve_model(name) == name  # downloaded by our class, not rewritten
+        assert model_family(name) == "aggretriever"
+        assert resolve_model(name) == name  # downloaded by our class, not rewritten
     assert encode.query_encoder_class_map["aggretriever"].path.startswith("pyserini_ext.")
-    assert registry.model_family("castorini/tct_colbert-v2-hnp-msmarco") is None
+    assert model_family("castorini/tct_colbert-v2-hnp-msmarco") is None
 
 
 def test_a_missing_default_is_a_clear_error(monkeypatch, tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "defaults.json").write_text(json.dumps({"deepct": "absent"}))
     monkeypatch.setattr(registry, "resources_dir", lambda: tmp_path)
-    with pytest.raises(registry.ModelNameError, match="default 'deepct' model .*absent is missing"):
-        registry.resolve_model("deepct")
-    with pytest.raises(registry.ModelNameError, match="no shipped default model for 'aligner'"):
-        registry.resolve_model("aligner")
+    with pytest.raises(ModelNameError, match="default 'deepct' model .*absent is missing"):
+        resolve_model("deepct")
+    with pytest.raises(ModelNameError, match="no shipped default model for 'aligner'"):
+        resolve_model("aligner")
 
 
 def test_bare_name_through_pyserini_encode_search_faiss_and_hybrid(corpus, tmp_path, one_thread):
@@ -153,7 +155,7 @@ def test_bare_name_through_pyserini_encode_search_faiss_and_hybrid(corpus, tmp_p
                                           "sparse", "--index", bm25, "fusion", "--alpha", "0.5",
                                           "run", "--topics", corpus / "topics.tsv", "--output", hybrid_run,
                                           "--hits", 5])
-    searcher = FaissSearcher(str(index), AggretrieverQueryEncoder(registry.resolve_model("aggretriever")))
+    searcher = FaissSearcher(str(index), AggretrieverQueryEncoder(resolve_model("aggretriever")))
     dense, hybrid = read_trec_run(dense_run), read_trec_run(hybrid_run)
     for qid, text in TOPICS.items():
         expected = [(h.docid, h.score) for h in searcher.search(text, 5)]
@@ -189,7 +191,7 @@ def test_deepct_through_pyserinis_own_learned_sparse_route(scifact, tmp_path, on
     run_module("pyserini.search.lucene", ["--index", index, "--topics", tmp_path / "topics.tsv", "--output", run,
                                           "--impact", "--encoder", "deepct", "--hits", 10])
 
-    model_dir = registry.resolve_model("deepct")
+    model_dir = resolve_model("deepct")
     ours = tmp_path / "deepct-index"
     # the encoder writes the released code's tf rule for the impact route (encode/deepct.py), not the model's
     build_deepct_index(DeepCTModel.from_pretrained(model_dir), docs, ours, TermFrequencyRule())

@@ -1,8 +1,12 @@
 """The stage order of the package, checked on the source: no module imports a later stage.
 
 data -> models -> encode -> index -> search -> train / evaluation -> cli (and demo). `java_bridge` and `registry`
-are the foundation (they import no stage statically: registry names encoders as strings); `_startup` is an entry
-point like the CLI (the .pth hook; its post-import hooks register the prebuilt catalogues from index/).
+are the foundation (they import no stage statically: registry names encoders as strings); so is `integration`
+(every patch of Pyserini: imported at start-up and by encode/ for what Pyserini's command line said), except its
+modules that plug a later stage's functions into Pyserini, which sit at that stage: `integration.encode` resolves
+model names with models/, `integration.prebuilt` and the `search_*` patches wrap Pyserini's loaders with
+index/prebuilt's downloads and checks (the target functions stay in index/; only the patching is in integration/).
+`_startup` is an entry point like the CLI (the .pth hook; it names the integration modules as strings).
 Every `import` counts, also those inside functions, so a lazy import cannot hide a backwards dependency.
 """
 from __future__ import annotations
@@ -16,7 +20,9 @@ STAGES = {
     "java_bridge": 0, "pyserini_ext": 0, "pyserini_ext._startup": 7, "pyserini_ext.registry": 0,
     "pyserini_ext.data": 1, "pyserini_ext.models": 2, "pyserini_ext.encode": 3, "pyserini_ext.index": 4,
     "pyserini_ext.search": 5, "pyserini_ext.train": 6, "pyserini_ext.evaluation": 6, "pyserini_ext.cli": 7,
-    "pyserini_ext.demo": 7,
+    "pyserini_ext.demo": 7, "pyserini_ext.integration": 0, "pyserini_ext.integration.encode": 2,
+    "pyserini_ext.integration.prebuilt": 4, "pyserini_ext.integration.search_lucene": 4,
+    "pyserini_ext.integration.search_faiss": 4,
 }
 # (importer, imported) pairs still waiting for another change; each entry names it
 PENDING: set[tuple[str, str]] = set()
@@ -46,7 +52,9 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "pyserini_ext":  # `from pyserini_ext import registry`: the stage is the name's
+            # `from pyserini_ext import registry`, `from pyserini_ext.integration import encode`: the stage is the
+            # name's where the package's modules have stages of their own
+            if any(key.startswith(f"{node.module}.") for key in STAGES):
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
             else:
                 names.add(node.module)
@@ -76,6 +84,8 @@ def test_the_check_sees_lazy_and_from_imports(tmp_path):
                                                 "pyserini_ext.search"]
     assert [stage(m) for m in sorted(imported_modules(source))] == [7, 6, 5]
     assert stage("pyserini_ext.models.deepct_terms") == 2 and stage("torch") is None
+    source.write_text("from pyserini_ext.integration import arguments, prebuilt\n")
+    assert sorted(stage(m) for m in imported_modules(source)) == [0, 4]  # integration's modules have own stages
 
 
 def docstrings(tree: ast.AST) -> set[int]:

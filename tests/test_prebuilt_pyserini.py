@@ -25,9 +25,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pyserini_ext import registry
 from pyserini_ext.evaluation import read_trec_run
 from pyserini_ext.index import prebuilt
+from pyserini_ext.integration import prebuilt as prebuilt_integration
+from pyserini_ext.models.folder import resolve_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
 TOPICS = {"q1": "insulin resistance in obese mice", "q2": "stem cell differentiation", "q3": "cancer risk"}
@@ -101,8 +102,8 @@ def catalogue(scifact, server, tmp_path_factory, one_thread):
     run_module("pyserini.index.lucene", ["--collection", "JsonCollection", "--input", root / "collection",
                                          "--index", root / "bm25", "--generator", "DefaultLuceneDocumentGenerator",
                                          "--storeRaw", "--threads", 1])
-    build_deepct_index(DeepCTModel.from_pretrained(registry.resolve_model("deepct")), docs, root / "deepct")
-    faiss_index(AggretrieverDocumentEncoder(registry.resolve_model("aggretriever")), docs, root / "agg")
+    build_deepct_index(DeepCTModel.from_pretrained(resolve_model("deepct")), docs, root / "deepct")
+    faiss_index(AggretrieverDocumentEncoder(resolve_model("aggretriever")), docs, root / "agg")
     assert aligner_main(["index", "--corpus", str(root / "collection"), "--model", "aligner",
                          "--output", str(root / "aligner")]) == 0
     path = root / "catalogue.json"
@@ -123,7 +124,7 @@ def registered(catalogue, tmp_path, monkeypatch):
     monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv(prebuilt.MIRROR_ENV, raising=False)
     saved = {d: dict(getattr(pyserini.util, d)) for d in ("TF_INDEX_INFO", "IMPACT_INDEX_INFO", "FAISS_INDEX_INFO")}
-    prebuilt.register_with_pyserini(pyserini.util)
+    prebuilt_integration.install(pyserini.util)
     yield catalogue
     for dict_name, entries in saved.items():  # Pyserini's dicts as they were
         getattr(pyserini.util, dict_name).clear()
@@ -140,7 +141,7 @@ def test_catalogue_records_kind_stats_and_model(catalogue):
         "scifact-mini.bm25": "lucene", "scifact-mini.deepct": "deepct", "scifact-mini.aggretriever": "faiss",
         "scifact-mini.aligner": "aligner"}
     assert entries["scifact-mini.bm25"]["stats"]["documents"] == 40
-    assert entries["scifact-mini.deepct"]["model"] == prebuilt.model_fingerprint(registry.resolve_model("deepct"))
+    assert entries["scifact-mini.deepct"]["model"] == prebuilt.model_fingerprint(resolve_model("deepct"))
     assert "model" not in entries["scifact-mini.bm25"]
 
 
@@ -154,7 +155,7 @@ def test_lucene_and_impact_prebuilt_by_name_through_pyserini(registered, tmp_pat
     assert bm25 is not None and hits(bm25) == hits(LuceneSearcher(str(root / "bm25")))
     assert [p.name.split(".")[0] for p in (tmp_path / "cache" / "indexes").iterdir()] == ["scifact-mini"]
     impact = LuceneImpactSearcher.from_prebuilt_index("scifact-mini.deepct", "deepct")
-    expected = hits(LuceneImpactSearcher(str(root / "deepct"), DeepCTQueryEncoder(registry.resolve_model("deepct"))))
+    expected = hits(LuceneImpactSearcher(str(root / "deepct"), DeepCTQueryEncoder(resolve_model("deepct"))))
     assert hits(impact) == expected and all(expected.values())
     bm25_on_deepct = LuceneSearcher.from_prebuilt_index("scifact-mini.deepct")  # true-length index: BM25 works too
     assert hits(bm25_on_deepct) == hits(LuceneSearcher(str(root / "deepct")))
@@ -164,7 +165,7 @@ def test_searching_with_another_model_version_is_an_error(registered, tmp_path):
     from pyserini.search.lucene import LuceneImpactSearcher
 
     other = tmp_path / "deepct-retrained"
-    shutil.copytree(registry.resolve_model("deepct"), other)
+    shutil.copytree(resolve_model("deepct"), other)
     weights = other / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
@@ -190,7 +191,7 @@ def test_faiss_and_hybrid_cli_by_prebuilt_name_with_bare_encoder(registered, tmp
                                           "aggretriever", "sparse", "--index", "scifact-mini.bm25",
                                           "fusion", "--alpha", "0.5", "run", "--topics", topics,
                                           "--output", hybrid, "--hits", 5])
-    local = FaissSearcher(str(root / "agg"), AggretrieverQueryEncoder(registry.resolve_model("aggretriever")))
+    local = FaissSearcher(str(root / "agg"), AggretrieverQueryEncoder(resolve_model("aggretriever")))
     run = read_trec_run(dense)
     for qid, expected in hits(local).items():
         assert [d for d, _ in run[qid]] == [d for d, _ in expected]
@@ -249,7 +250,7 @@ def test_pyserini_aggretriever_index_and_encoded_queries_through_a_mirror(regist
     index_file = index_record["filename"]
     with tarfile.open(mirror / index_file, "w:gz") as tar:
         tar.add(root / "agg", arcname=index_file.removesuffix(".tar.gz"))
-    encoder = AggretrieverQueryEncoder(registry.resolve_model("aggretriever"))
+    encoder = AggretrieverQueryEncoder(resolve_model("aggretriever"))
     query_dir = tmp_path / "encoded"
     query_dir.mkdir()
     pd.DataFrame({"text": list(TOPICS.values()),
@@ -305,6 +306,6 @@ def test_pyserini_names_fail_as_pyserini_expects_when_no_mirror_serves_them(tmp_
         **pyserini.util.FAISS_INDEX_INFO[PYSERINI_AGG], "urls": ["http://127.0.0.1:9/unreachable.tar.gz"]})
     monkeypatch.setenv(prebuilt.MIRROR_ENV, "http://127.0.0.1:9/down")
     monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
-    prebuilt.register_with_pyserini(pyserini.util)
+    prebuilt_integration.install(pyserini.util)
     with pytest.raises(ValueError, match=r"(?s)could not fetch prebuilt index .*127.0.0.1:9/down/faiss-flat"):
         pyserini.util.download_prebuilt_index(PYSERINI_AGG)

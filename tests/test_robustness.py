@@ -18,10 +18,10 @@ import torch
 from fuzz_cases import ERROR_LINE
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForTokenClassification
 
-from pyserini_ext import registry
 from pyserini_ext.cli.__main__ import main as cli
 from pyserini_ext.data import atomic_output, read_corpus, read_topics, sanitize_texts
 from pyserini_ext.errors import CacheMismatchError, InputError, ModelFolderError, OptionError, OutputExistsError
+from pyserini_ext.integration import arguments
 from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, from_masked_lm
 from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.convert import convert_folder
@@ -344,14 +344,14 @@ def test_lone_surrogates_are_replaced_and_counted(tmp_path, caplog, tiny_aggretr
 def test_dimension_mismatches_are_caught_before_pyserini_writes(tmp_path, monkeypatch, tiny_aggretriever):
     from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
 
-    monkeypatch.setattr(registry, "_cli_options", {"dimension": 768, "to_faiss": True})
+    monkeypatch.setattr(arguments, "_cli_options", {"dimension": 768, "to_faiss": True})
     with pytest.raises(OptionError, match="--dimension 768 does not fit .* 64 dimensions; pass --dimension 64"):
         AggretrieverDocumentEncoder(str(tiny_aggretriever))
     import faiss
     index_dir = tmp_path / "faiss"
     index_dir.mkdir()
     faiss.write_index(faiss.IndexFlatIP(32), str(index_dir / "index"))
-    monkeypatch.setattr(registry, "_cli_options", {"index": str(index_dir)})
+    monkeypatch.setattr(arguments, "_cli_options", {"index": str(index_dir)})
     with pytest.raises(OptionError, match="holds 32-dimensional vectors, but the aggretriever query encoder "
                                           "gives 64"):
         AggretrieverQueryEncoder(str(tiny_aggretriever))

@@ -13,6 +13,7 @@ import pytest
 
 import java_bridge
 from pyserini_ext import registry
+from pyserini_ext.integration.encode import LazyEncoderClass
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,9 +84,9 @@ def test_encoder_names_registered_in_pyserini_maps():
 
     for name, entry in registry.ENCODERS.items():
         if entry.document:
-            assert isinstance(encode.document_encoder_class_map[name], registry.LazyEncoderClass)
+            assert isinstance(encode.document_encoder_class_map[name], LazyEncoderClass)
         if entry.query:
-            assert isinstance(encode.query_encoder_class_map[name], registry.LazyEncoderClass)
+            assert isinstance(encode.query_encoder_class_map[name], LazyEncoderClass)
     assert encode.query_encoder_class_map["aggretriever"].path.startswith("pyserini_ext.")
 
 
@@ -114,22 +115,23 @@ def test_unknown_encoder_name_in_our_api_lists_the_known_names():
 
 def test_explicit_max_length_on_a_pyserini_command_line_is_remembered():
     # the parser is built by code that runs as a Pyserini module, as in `python -m pyserini.search.faiss`
-    code = ("import argparse, pyserini.encode; from pyserini_ext import registry; "
+    code = ("import argparse, pyserini.encode; from pyserini_ext.integration import arguments; "
             "build = \"p = argparse.ArgumentParser(); p.add_argument('--encoder-class', choices=['x']); "
             "p.add_argument('--max-length', type=int, default=256); p.add_argument('--dimension', type=int, "
             "default=768)\"; g = {'argparse': argparse, '__name__': 'pyserini.search.faiss.__main__'}; "
             "exec(build, g); p = g['p']; "
-            "p.parse_args(['--encoder-class', 'aggretriever']); print(registry.cli_max_length()); "
-            "p.parse_args(['--max-length', '48']); print(registry.cli_max_length(), registry.cli_option('dimension'))")
+            "p.parse_args(['--encoder-class', 'aggretriever']); print(arguments.cli_max_length()); "
+            "p.parse_args(['--max-length', '48']); "
+            "print(arguments.cli_max_length(), arguments.cli_option('dimension'))")
     assert run_python("-c", code).stdout.split() == ["None", "48", "768"]
 
 
 def test_argparse_patch_leaves_other_parsers_alone():
     """Issue 8, case 8: a parser of ours (or anyone's) with `--encoder-class` choices but no `--max-length`."""
-    code = ("import argparse, pyserini.encode; from pyserini_ext import registry; "
+    code = ("import argparse, pyserini.encode; from pyserini_ext.integration import arguments; "
             "p = argparse.ArgumentParser(); p.add_argument('--encoder-class', choices=['x']); "
             "print(p.parse_known_args(['--encoder-class', 'x', '--max-length', '5'])[1]); "
-            "print(p._option_string_actions['--encoder-class'].choices, registry.cli_max_length())")
+            "print(p._option_string_actions['--encoder-class'].choices, arguments.cli_max_length())")
     assert run_python("-c", code).stdout.split() == ["['--max-length',", "'5']", "['x']", "None"]
 
 

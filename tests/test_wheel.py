@@ -60,9 +60,9 @@ def test_wheel_carries_models_catalogue_and_hook(wheel):
 @pytest.mark.slow
 def test_installed_wheel_resolves_names_inside_the_package(venv):
     root, env = venv
-    code = ("import json, pyserini_ext; from pyserini_ext import registry; "
+    code = ("import json, pyserini_ext; from pyserini_ext.models.folder import resolve_model; "
             "print(json.dumps({'package': pyserini_ext.__file__, "
-            "'models': {n: registry.resolve_model(n) for n in ('aggretriever', 'deepct', 'aligner')}}))")
+            "'models': {n: resolve_model(n) for n in ('aggretriever', 'deepct', 'aligner')}}))")
     info = json.loads(run(root / "bin" / "python", "-c", code, env=env, cwd=root).stdout)
     assert info["package"].startswith(str(root))
     for path in info["models"].values():

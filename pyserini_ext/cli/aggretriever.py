@@ -9,7 +9,7 @@ from pyserini_ext.data import check_output, load_dataset, read_corpus
 from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
 from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
-from pyserini_ext.registry import resolve_model
+from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
 
 _DEFAULTS = AggretrieverConfig()

@@ -25,7 +25,7 @@ from pyserini_ext.cli.options import (
 from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
 from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.deepct_terms import STEMMERS, TF_MERGES, TF_MODES, AnalyzerSettings
-from pyserini_ext.registry import resolve_model
+from pyserini_ext.models.folder import resolve_model
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Pyserini adapters for Aggretriever: `--encoder-class aggretriever` (torch) and `aggretriever-onnx` (ONNX
 Runtime) in `python -m pyserini.encode`, `pyserini.search.faiss` and `pyserini.search.hybrid` resolve to these
-classes (see registry.py); `backend`, `precision` and the rest of `EncoderRuntime` are keyword options.
+classes (see registry.py and integration/encode.py); `backend`, `precision` and the rest of `EncoderRuntime` are
+keyword options.
 
 The ONNX backend exports the model as two graphs, so that ONNX Runtime never materialises a batch x length x
 vocabulary tensor either:
@@ -23,10 +24,10 @@ import torch
 from pyserini.encode import DocumentEncoder, QueryEncoder
 from torch import nn
 
-from pyserini_ext import registry
 from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
+from pyserini_ext.integration import arguments
 from pyserini_ext.models.aggretriever import Aggretriever, aggregate
 from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
@@ -169,7 +170,7 @@ class AggretrieverQueryEncoder(QueryEncoder):
                  threads: int | None = None, onnx_dir: str | None = None,
                  position_chunk: int | None = None, **kwargs):
         super().__init__(encoded_query_dir)
-        self.max_length = max_length or registry.cli_max_length() or QUERY_MAX_LENGTH
+        self.max_length = max_length or arguments.cli_max_length() or QUERY_MAX_LENGTH
         if encoder_dir:
             precision = precision or ("float16" if fp16 and backend == "torch" else "float32")
             runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)

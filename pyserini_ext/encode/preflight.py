@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from pyserini_ext import registry
 from pyserini_ext.errors import OptionError
+from pyserini_ext.integration import arguments
 
 FAISS_INDEX_FILE = "index"  # Pyserini's FaissRepresentationWriter / FaissSearcher layout
 
@@ -28,11 +28,11 @@ def faiss_index_dimension(index: str | Path) -> int | None:
 def check_dimension(dim: int, encoder: str) -> None:
     """The encoder's output dimension against the running Pyserini command's `--dimension` (with `--to-faiss`)
     and `--index`; an OptionError naming both numbers and the fix."""
-    dimension = registry.cli_option("dimension")
-    if registry.cli_option("to_faiss") and dimension is not None and dimension != dim:
+    dimension = arguments.cli_option("dimension")
+    if arguments.cli_option("to_faiss") and dimension is not None and dimension != dim:
         raise OptionError(f"--dimension {dimension} does not fit the {encoder} model, whose vectors have {dim} "
                           f"dimensions; pass --dimension {dim}")
-    index = registry.cli_option("index")
+    index = arguments.cli_option("index")
     index_dim = faiss_index_dimension(index) if index else None
     if index_dim is not None and index_dim != dim:
         raise OptionError(f"{index}: the Faiss index holds {index_dim}-dimensional vectors, but the {encoder} "

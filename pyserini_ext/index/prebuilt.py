@@ -8,9 +8,9 @@ folder's own metadata says.
 
 The catalogue shipped in the package (`resources/prebuilt_indexes.json`) and a user's own (`$PYSERINI_EXT_CATALOGUE`)
 are both registered into Pyserini's `TF_INDEX_INFO` / `IMPACT_INDEX_INFO` / `FAISS_INDEX_INFO` when
-`pyserini.util` is imported (`register_with_pyserini`), and `pyserini.util.download_prebuilt_index` fetches
-their names with `download_prebuilt`. `$PYSERINI_EXT_MIRROR` (base URLs, space-separated) is tried before a
-record's URLs, for our names and for Pyserini's own indexes and encoded queries.
+`pyserini.util` is imported, and `pyserini.util.download_prebuilt_index` fetches their names with
+`download_prebuilt` (the patching: pyserini_ext/integration/prebuilt.py). `$PYSERINI_EXT_MIRROR` (base URLs,
+space-separated) is tried before a record's URLs, for our names and for Pyserini's own indexes and encoded queries.
 
 `download_prebuilt` unpacks to `<cache>/indexes/<stem>.<md5>` under `$PYSERINI_CACHE` (default
 `~/.cache/pyserini`), `<stem>` being the file name without `.tar.gz`, exactly where Pyserini puts it, but checks
@@ -37,6 +37,7 @@ from tqdm import tqdm  # not tqdm.auto: that imports asyncio, at every Pyserini 
 
 from pyserini_ext import registry
 from pyserini_ext.data import atomic_output
+from pyserini_ext.models.folder import model_family, resolve_model
 
 CATALOGUE_ENV = "PYSERINI_EXT_CATALOGUE"
 MIRROR_ENV = "PYSERINI_EXT_MIRROR"
@@ -99,7 +100,7 @@ def mirror_urls(filename: str) -> list[str]:
 
 def model_fingerprint(model: str | os.PathLike) -> dict:
     """Which model (name, family) and which version (md5 of its weight files) a model folder or bare name is."""
-    folder = Path(registry.resolve_model(model))
+    folder = Path(resolve_model(model))
     if not folder.is_dir():
         raise PrebuiltIndexError(f"{model}: not a model folder")
     digest = hashlib.md5()
@@ -109,7 +110,7 @@ def model_fingerprint(model: str | os.PathLike) -> dict:
     for path in weights:
         digest.update(path.name.encode())
         digest.update(md5sum(path).encode())
-    return {"name": folder.name, "family": registry.model_family(folder), "md5": digest.hexdigest()}
+    return {"name": folder.name, "family": model_family(folder), "md5": digest.hexdigest()}
 
 
 def _index_metadata(index_dir: Path) -> dict:
@@ -261,8 +262,8 @@ def check_model(name: str, model: str | os.PathLike | None, catalogue: str | os.
         warnings.warn(f"{name} was built by {built_by['name']} (md5 {built_by['md5']}); could not check that the "
                       "query encoder holds that model", stacklevel=3)
         return
-    folder = Path(registry.resolve_model(model))
-    ours = folder.is_dir() and registry.model_family(folder) is not None  # a hub name is not the recorded folder
+    folder = Path(resolve_model(model))
+    ours = folder.is_dir() and model_family(folder) is not None  # a hub name is not the recorded folder
     used = model_fingerprint(folder) if ours else {"name": "not one of our models", "md5": "-"}
     if used["md5"] != built_by["md5"]:
         raise PrebuiltIndexError(f"prebuilt index {name} was built by {built_by['name']} (weights md5 "
@@ -275,86 +276,3 @@ def shipped_model(name: str, catalogue: str | os.PathLike | None = None) -> Path
     built_by = load_catalogue(catalogue).get(name, {}).get("model")
     folder = registry.resources_dir() / "models" / built_by["name"] if built_by else None
     return folder if folder is not None and folder.is_dir() else None
-
-
-# --- Pyserini's own loaders ----------------------------------------------------------------------------------
-
-def pyserini_record(record: dict) -> dict:
-    """A catalogue record in the shape of Pyserini's `prebuilt_index_info` entries."""
-    return {"description": record.get("description", ""), "filename": record.get("filename"),
-            "urls": list(record["urls"]), "md5": record["md5"],
-            "size compressed (bytes)": record.get("size_bytes"), "downloaded": False,
-            "texts": record.get("texts"), **record.get("stats", {}), "pyserini_ext": True}
-
-
-def register_with_pyserini(util_module) -> None:
-    """Put our catalogues' indexes into Pyserini's dicts and route their downloads (and mirrors) through ours."""
-    for name, record in load_catalogue().items():  # pyserini.util holds the dicts its loaders read
-        for dict_name in PYSERINI_INFO.get(record.get("kind", "lucene"), ()):
-            getattr(util_module, dict_name)[name] = pyserini_record(record)
-    original_index, original_queries = util_module.download_prebuilt_index, util_module.download_encoded_queries
-    if getattr(original_index, "_pyserini_ext", False):
-        return
-
-    def download_prebuilt_index(index_name, force=False, verbose=True, mirror=None):
-        if index_name in load_catalogue():
-            return str(download_prebuilt(index_name, force=force))
-        record = _pyserini_entry(util_module, index_name)
-        if record is not None and mirror_urls("x"):
-            filename = record.get("filename") or record["urls"][0].rsplit("/", 1)[-1]
-            return _as_pyserini_would(fetch_and_unpack, index_name, mirror_urls(filename) + list(record["urls"]),
-                                      record["md5"], record.get("size compressed (bytes)"), filename, force=force)
-        return original_index(index_name, force, verbose, mirror)
-
-    def download_encoded_queries(query_name, force=False, verbose=True, mirror=None):
-        record = util_module.QUERY_INFO.get(query_name)
-        if record is not None and mirror_urls("x"):
-            filename = record["urls"][0].rsplit("/", 1)[-1]
-            return _as_pyserini_would(fetch_and_unpack, query_name, mirror_urls(filename) + list(record["urls"]),
-                                      record["md5"], record.get("size (bytes)"), filename, subdir="queries",
-                                      force=force)
-        return original_queries(query_name, force, verbose, mirror)
-
-    download_prebuilt_index._pyserini_ext = True
-    util_module.download_prebuilt_index = download_prebuilt_index
-    util_module.download_encoded_queries = download_encoded_queries
-
-
-def _as_pyserini_would(fetch, *args, **kwargs) -> str:
-    """Pyserini's own names fail as Pyserini's downloader does (ValueError), which its loaders expect: e.g. a
-    Faiss index whose passage index cannot be fetched still searches."""
-    try:
-        return str(fetch(*args, **kwargs))
-    except PrebuiltIndexError as e:
-        raise ValueError(str(e)) from e
-
-
-def _pyserini_entry(util_module, name: str) -> dict | None:
-    for dict_name in ("TF_INDEX_INFO", "IMPACT_INDEX_INFO", "LUCENE_HNSW_INDEX_INFO", "LUCENE_FLAT_INDEX_INFO",
-                      "FAISS_INDEX_INFO"):
-        record = getattr(util_module, dict_name, {}).get(name)
-        if record is not None:
-            return record
-    return None
-
-
-def encoder_model(query_encoder) -> str | None:
-    """The model folder (or bare name) behind a query encoder given to a Pyserini searcher, if known."""
-    if isinstance(query_encoder, (str, os.PathLike)):
-        return str(query_encoder)
-    return getattr(query_encoder, registry.MODEL_ATTRIBUTE, None)
-
-
-def check_searchers(searcher_class) -> None:
-    """Wrap `searcher_class.from_prebuilt_index(name, query_encoder, ...)` with `check_model`."""
-    original = searcher_class.from_prebuilt_index.__func__
-    if getattr(original, "_pyserini_ext", False):
-        return
-
-    def from_prebuilt_index(cls, prebuilt_index_name, query_encoder, *args, **kwargs):
-        check_model(prebuilt_index_name, encoder_model(query_encoder))
-        return original(cls, prebuilt_index_name, query_encoder, *args, **kwargs)
-
-    from_prebuilt_index._pyserini_ext = True
-    from_prebuilt_index.__doc__ = original.__doc__
-    searcher_class.from_prebuilt_index = classmethod(from_prebuilt_index)

@@ -13,6 +13,12 @@ castorini/aggretriever-distilbert / -cocondenser (weights with `tok_proj.*`), ma
 classifier with one label), both possibly with `pytorch_model.bin` and `vocab.txt`. A castorini/dhr training
 checkpoint (`TermWeightTrans.pt`, `pooler.pt`) and our pre-safetensors AligneR folders (`aligner_heads.pt`)
 are named with the one-line command that converts them.
+
+Model names (`resolve_model`, `model_family`), the one place that decides them: a bare encoder name (`aggretriever`,
+`deepct`, `aligner`, ...) stands for the shipped default model of that name, listed in ONE table,
+`resources/models/defaults.json` (read when a name is resolved, never at start-up); the name of a shipped folder
+stands for it; a folder is recognised by our config file in it, never by its name (`saved_model_type`); Hugging
+Face names of Aggretriever models belong to the aggretriever family, as Pyserini's keyword matching has it.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyserini_ext import registry
 from pyserini_ext.errors import ModelFolderError
 
 AGGRETRIEVER, DEEPCT, ALIGNER = "aggretriever", "deepct", "aligner"
@@ -36,8 +43,81 @@ CONVERT_COMMAND = "python -m pyserini_ext.models.convert {folder}"
 _SANITY_TEXT = "the retrieval of documents about protein structure"
 
 
+# Hugging Face names of Aggretriever models that Pyserini's own prebuilt indexes were encoded with
+HUB_MODEL_FAMILIES = {
+    "castorini/aggretriever-distilbert": AGGRETRIEVER,
+    "castorini/aggretriever-cocondenser": AGGRETRIEVER,
+}
+DEFAULTS_FILE = "defaults.json"
+
+
+class ModelNameError(ValueError):
+    pass
+
+
 def config_file(model_type: str) -> str:
     return f"{model_type}_config.json"
+
+
+def saved_model_type(folder: Path) -> str | None:
+    """The model type whose config file of ours `folder` holds (by the file's name: nothing is read), else None."""
+    for model_type in MODEL_TYPES:
+        if (folder / config_file(model_type)).is_file():
+            return model_type
+    return None
+
+
+def default_models() -> dict[str, str]:
+    """Bare encoder name -> shipped model folder name, from `resources/models/defaults.json`."""
+    path = registry.resources_dir() / "models" / DEFAULTS_FILE
+    if not path.is_file():
+        raise ModelNameError(f"{path} is missing: this installation ships no default models")
+    return json.loads(path.read_text())
+
+
+def shipped_folder(name) -> Path | None:
+    """`resources/models/<name>` for the name of a shipped model folder (`aggretriever-splade-tiny`) that is not
+    also a path here; None otherwise."""
+    name = str(name)
+    if not name or "/" in name or name in registry.ENCODERS or Path(name).exists():
+        return None
+    folder = registry.resources_dir() / "models" / name
+    return folder if folder.is_dir() and name != DEFAULTS_FILE else None
+
+
+def model_family(name_or_path) -> str | None:
+    """Which of our model families `name_or_path` is (bare name, folder with our config, known hub name, shipped
+    folder name), else None. Cheap: no file is read."""
+    name = str(shipped_folder(name_or_path) or name_or_path)
+    if name in registry.ENCODERS:
+        return registry.family_of(name)
+    if name in HUB_MODEL_FAMILIES:
+        return HUB_MODEL_FAMILIES[name]
+    return saved_model_type(Path(name).expanduser())
+
+
+def resolve_model(name_or_path, family: str | None = None) -> str:
+    """A bare encoder name -> its shipped default model folder; a shipped folder's name -> that folder; anything
+    else as given.
+
+    With `family`, a bare name or a folder of another family is an error naming both.
+    """
+    name = str(shipped_folder(name_or_path) or name_or_path)
+    found = model_family(name)
+    if family is not None and found is not None and found != family:
+        if name in registry.ENCODERS:
+            raise ModelNameError(f"{name!r} is a {found} model; the {family} encoder cannot load it")
+        raise ModelNameError(f"{name}: expected a {family} model, found the {found} model folder")
+    if name not in registry.ENCODERS:
+        return name
+    defaults = default_models()
+    if name not in defaults:
+        raise ModelNameError(f"no shipped default model for {name!r}; defaults exist for: "
+                             f"{', '.join(sorted(defaults))}")
+    folder = registry.resources_dir() / "models" / defaults[name]
+    if not folder.is_dir():
+        raise ModelNameError(f"the default {name!r} model {folder} is missing from this installation")
+    return str(folder)
 
 
 @dataclass(frozen=True)
@@ -100,13 +180,13 @@ def _weights_file(folder: Path) -> Path | None:
 
 def identify(folder: Path) -> tuple[str | None, str]:
     """(model type or None, what the folder is, in words) from its files; reads configs and weight names only."""
-    for model_type in MODEL_TYPES:
-        path = folder / config_file(model_type)
-        if path.is_file():
-            declared = _read_json(path).get("model_type", model_type)  # older folders of ours lack the key
-            if declared not in MODEL_TYPES:
-                raise ModelFolderError(f"{path}: unknown model_type {declared!r}; known: {', '.join(MODEL_TYPES)}")
-            return declared, f"the {declared} model folder"
+    saved = saved_model_type(folder)
+    if saved is not None:
+        path = folder / config_file(saved)
+        declared = _read_json(path).get("model_type", saved)  # older folders of ours lack the key
+        if declared not in MODEL_TYPES:
+            raise ModelFolderError(f"{path}: unknown model_type {declared!r}; known: {', '.join(MODEL_TYPES)}")
+        return declared, f"the {declared} model folder"
     if all((folder / name).is_file() for name in DHR_HEAD_FILES):
         return None, ("a castorini/dhr training checkpoint; convert it once with "
                       f"`pyserini-ext aggretriever convert --input {folder} --output NEW_FOLDER`")
