@@ -3,16 +3,16 @@ it, `set_entry` sets a dict entry, `on_import` runs a function right after a mod
 hook). Each change is recorded in `INSTALLED`; a value `install` put in place carries MARK, so installing again
 changes nothing.
 
-Standard library only: `_startup` imports this at every interpreter start.
+Standard library only, and cheap: `_startup` imports this at every interpreter start (so no `importlib.abc` or
+`typing`, whose imports would cost more than everything else here; a finder needs only `find_spec`).
 """
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -81,7 +81,7 @@ def _run(hook: Callable | str, module) -> None:
         hook(module)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
+class _PostImportFinder:
     """Finds nothing itself; wraps the real loader of a hooked module so its hooks run after it."""
 
     def find_spec(self, fullname, path=None, target=None):
