@@ -24,6 +24,7 @@ GROUPS = {
     "lucene": "Lucene helpers for any index (e.g. query likelihood with Jelinek-Mercer smoothing)",
     "data": "Datasets: export a BEIR dataset to Pyserini JsonCollection/topics/qrels",
     "prebuilt": "Prebuilt indexes: pack an index with its catalogue record, download and verify one",
+    "repro": "Reproduction: rerun the conditions of the report and check their scores (as Pyserini's 2CR)",
 }
 DEBUG_FLAG = "--debug"
 USER_ERRORS = (PyseriniExtError, OSError, ValueError, KeyError)
