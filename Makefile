@@ -54,11 +54,12 @@ BENCH_ARGS ?=
 bench: $(INSTALLED)
 	$(BIN)/python bench/make_report.py $(BENCH_ARGS)
 
-# docs/report.md + plots; hours of CPU, every step cached in runs/report (e.g. REPORT_ARGS="--datasets cranfield")
+# every condition of pyserini_ext/repro/conditions.yaml, then docs/report.md + plots; hours of CPU, every step cached
+# in runs/report (e.g. REPORT_ARGS="--datasets cranfield"); `pyserini-ext repro --check --datasets scifact` checks one
 REPORT_ARGS ?=
 report: $(INSTALLED)
 	scripts/seed_datasets.sh
-	$(BIN)/python scripts/report.py $(REPORT_ARGS)
+	$(BIN)/python -m pyserini_ext.repro $(REPORT_ARGS)
 
 # retrain the three shipped models by distillation (2 h 4 min measured on 2 Xeon cores with bf16 kernels; resumable;
 # models whose folder in resources/models is complete are skipped: delete a folder to retrain it)
