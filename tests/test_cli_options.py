@@ -67,6 +67,18 @@ def test_deprecated_spellings_still_parse():
     assert args.recall_level == 2
 
 
+def test_one_vocabulary_and_only_shipped_options(capsys):
+    """--precision takes the encoders' dtype names everywhere; experiment-only training flags are gone."""
+    from pyserini_ext.cli.options import IndexingOptions
+    from pyserini_ext.encode.runtime import PRECISIONS
+
+    precision = next(f for f in IndexingOptions.__dataclass_fields__.values() if f.name == "precision")
+    assert tuple(precision.metadata["choices"]) == PRECISIONS
+    for flag in ("--cls-alignment-weight", "--cls-alignment-distance", "--part-teachers"):
+        assert "unrecognized arguments" in usage_error(["aggretriever", "train", "--dataset", "d", "--output", "o",
+                                                        "--model", "m", flag, "1"], capsys)
+
+
 def test_options_dataclass_drives_the_parser(capsys):
     @dataclass
     class Scale:

@@ -189,7 +189,8 @@ def test_make_models_recipe_writes_card_and_log_and_resumes(distilled_set, tmp_p
     assert not (tmp_path / "refused").exists()
     on_cuda = recipe_on("aggretriever", "cuda")
     assert on_cuda.train.device == "cuda" and on_cuda.model == RECIPES["aggretriever"].model
-    assert on_cuda.train.precision == "bf16" and recipe_on("aggretriever", "cuda", "fp32").train.precision == "fp32"
+    assert on_cuda.train.precision == "bfloat16"
+    assert recipe_on("aggretriever", "cuda", "float32").train.precision == "float32"
     assert on_cuda.train.max_steps == RECIPES["aggretriever"].train.max_steps
     assert RECIPES["aggretriever"].train.device == "cpu"
     recipe = Recipe(DeepCTModelConfig("splade-tiny"), TrainConfig(max_steps=3, batch_size=4))

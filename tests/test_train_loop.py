@@ -1,6 +1,6 @@
 """The shared training loop: an interrupted run resumes to the same weights; a finished one trains no more;
-bf16 autocast computes the forward pass in bfloat16 and keeps float32 weights, and falls back to fp32 (with a
-warning, and recorded in the training log) where the device has no bfloat16 kernels."""
+bfloat16 autocast computes the forward pass in bfloat16 and keeps float32 weights, and falls back to float32 (with
+a warning, and recorded in the training log) where the device has no bfloat16 kernels."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ class Interrupted(Exception):
     pass
 
 
-def run(checkpoint_dir, stop_at: int | None = None, precision: str = "fp32",
+def run(checkpoint_dir, stop_at: int | None = None, precision: str = "float32",
         computed_in: torch.dtype | None = None) -> tuple[torch.nn.Module, list[float]]:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
@@ -28,7 +28,7 @@ def run(checkpoint_dir, stop_at: int | None = None, precision: str = "fp32",
         if stop_at is not None and batch == stop_at:
             raise Interrupted
         output = module(inputs[batch])
-        assert output.dtype == (computed_in or (torch.bfloat16 if precision == "bf16" else torch.float32))
+        assert output.dtype == (computed_in or (torch.bfloat16 if precision == "bfloat16" else torch.float32))
         return output.pow(2).mean()
 
     config = TrainConfig(learning_rate=0.1, warmup_ratio=0.0, checkpoint_every=1, seed=1, max_steps=STEPS,
@@ -52,7 +52,7 @@ def test_resume_after_an_interruption_and_after_the_end(tmp_path):
 
 def test_bf16_autocast_trains_float32_weights_close_to_fp32(tmp_path, bfloat16_kernels):
     reference, reference_losses = run(None)
-    model, losses = run(None, precision="bf16")
+    model, losses = run(None, precision="bfloat16")
     assert model.weight.dtype == torch.float32
     assert losses == pytest.approx(reference_losses, rel=0.05)  # bfloat16 keeps ~3 significant digits
     assert losses != reference_losses  # the forward pass did run in bfloat16
@@ -65,11 +65,22 @@ def test_bf16_without_bfloat16_kernels_trains_fp32_with_a_warning(tmp_path, monk
     monkeypatch.setattr(hardware, "native_bfloat16", lambda device: False)
     reference, reference_losses = run(None)
     with pytest.warns(UserWarning, match="has no bfloat16 kernels"):
-        model, losses = run(None, precision="bf16", computed_in=torch.float32)
+        model, losses = run(None, precision="bfloat16", computed_in=torch.float32)
     assert losses == reference_losses
     torch.testing.assert_close(model.weight, reference.weight, atol=0, rtol=0)
-    log = json.loads(save_training_log(tmp_path, TrainConfig(precision="bf16"), losses).read_text())
-    assert (log["config"]["precision"], log["precision_used"]) == ("bf16", "fp32")
+    log = json.loads(save_training_log(tmp_path, TrainConfig(precision="bfloat16"), losses).read_text())
+    assert (log["config"]["precision"], log["precision_used"]) == ("bfloat16", "float32")
+
+
+def test_precision_has_one_vocabulary_and_reads_the_old_spellings():
+    """Training takes the encoders' dtype names; the short spellings of older configs and logs still read."""
+    from pyserini_ext.encode.runtime import EncoderRuntime
+
+    assert TrainConfig(precision="bf16").precision == "bfloat16"
+    assert TrainConfig(precision="fp32").precision == "float32"
+    assert EncoderRuntime(precision="fp32").precision == "float32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        TrainConfig(precision="int8")
 
 
 def test_attention_dropout_zero_makes_training_mode_attention_deterministic(tmp_path):

@@ -9,6 +9,13 @@
 defaulting to False becomes a switch); numbers outside [min, max] are refused while parsing, with the flag's
 name, as are the checks of the dataclass's `__post_init__`. `command_group` gives every `pyserini-ext <group>`
 the same shape: named commands, each an options dataclass and a function taking the parsed options.
+
+One vocabulary across the commands and the configs behind them (Pyserini's own flags where it has one):
+  --precision        float32 | bfloat16 | float16 | int8: torch's dtype names, in encoding, indexing and training
+                     (encode.runtime.PRECISIONS; the old training spellings fp32 / bf16 are still read)
+  --max-length       the tokens a command encodes each text to, as Pyserini's `encode --max-length`
+  --query-max-length / --passage-max-length
+                     where a trainer needs both lengths (config fields query_max_length / passage_max_length)
 """
 from __future__ import annotations
 

@@ -14,6 +14,10 @@
 
 float32 is the default and the only one held to the parity bounds; the others trade exactness for speed (their
 measured effects are in docs/bench.md). Any other combination is an error that says what would work.
+
+Precision has one vocabulary across encoding, indexing, training and the CLI: torch's dtype names (float32,
+bfloat16, float16, int8), as `--precision` and the saved `store_dtype` spell them. The short spellings training
+used before (fp32, bf16; fp16 as in Pyserini's `--fp16`) are read as those names (`precision_name`).
 """
 from __future__ import annotations
 
@@ -33,8 +37,14 @@ from pyserini_ext import hardware
 
 BACKENDS = ("torch", "onnx")
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
+PRECISION_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 OPSET = 17
+
+
+def precision_name(precision: str) -> str:
+    """`precision` in the one vocabulary: an old short spelling (fp32, bf16, fp16) becomes its dtype name."""
+    return PRECISION_ALIASES.get(precision, precision)
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -70,6 +80,7 @@ class EncoderRuntime:
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+        self.precision = precision_name(self.precision)
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; known: {', '.join(PRECISIONS)}")
         if self.position_chunk is not None and self.position_chunk < 1:

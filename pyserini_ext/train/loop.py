@@ -21,8 +21,9 @@ import torch
 from tqdm.auto import tqdm
 
 from pyserini_ext import hardware
+from pyserini_ext.encode.runtime import precision_name
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("float32", "bfloat16")  # training's part of encode.runtime.PRECISIONS (the same names)
 
 
 @dataclass
@@ -45,10 +46,11 @@ class TrainConfig:
     kl_weight: float = 1.0  # listwise KL to the teacher ensemble over each query's group
     in_batch_weight: float = 1.0  # NLL of the teacher-best among all passages of the batch
     teacher_temperature: float = 1.0  # on the ensemble's z-scores
-    # "bf16": the forward pass and loss under bfloat16 autocast (CPUs with AVX512-BF16/AMX, CUDA); the weights,
-    # gradients and optimiser state stay float32. Where the device has no bfloat16 kernels, training runs fp32
-    # with a warning (`precision_used`), since there bf16 would be tens of times slower
-    precision: str = "fp32"
+    # "bfloat16": the forward pass and loss under bfloat16 autocast (CPUs with AVX512-BF16/AMX, CUDA); the
+    # weights, gradients and optimiser state stay float32. Where the device has no bfloat16 kernels, training runs
+    # float32 with a warning (`precision_used`), since there bfloat16 would be tens of times slower. The old
+    # spellings "fp32" / "bf16" are read as "float32" / "bfloat16" (saved training logs hold them)
+    precision: str = "float32"
     # dropout on the attention probabilities while training; None keeps the backbone's own (BERT: 0.1). Any
     # non-zero value sends PyTorch's attention down its unfused path (scores materialised, a dropout mask drawn
     # per score), several times slower on a CPU (docs/journal/training.md)
@@ -57,6 +59,7 @@ class TrainConfig:
     def __post_init__(self):
         if self.batch_size < 1 or self.group_size < 1:
             raise ValueError(f"batch_size and group_size must be >= 1, got {self.batch_size}, {self.group_size}")
+        self.precision = precision_name(self.precision)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
@@ -64,16 +67,16 @@ class TrainConfig:
 
 
 def precision_used(config: TrainConfig) -> str:
-    """The precision training really runs at: bf16 only where the device has bfloat16 kernels."""
-    if config.precision == "bf16" and not hardware.native_bfloat16(config.device):
-        return "fp32"
+    """The precision training really runs at: bfloat16 only where the device has bfloat16 kernels."""
+    if config.precision == "bfloat16" and not hardware.native_bfloat16(config.device):
+        return "float32"
     return config.precision
 
 
 def autocast(config: TrainConfig) -> torch.autocast:
-    """The context a training forward pass runs in (a no-op at fp32)."""
+    """The context a training forward pass runs in (a no-op at float32)."""
     return torch.autocast(torch.device(config.device).type, dtype=torch.bfloat16,
-                          enabled=precision_used(config) == "bf16")
+                          enabled=precision_used(config) == "bfloat16")
 
 
 def set_attention_dropout(model: torch.nn.Module, probability: float) -> int:

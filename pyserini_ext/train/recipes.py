@@ -8,7 +8,7 @@ checkpoints under `--work/<model>-checkpoints` and resumes from them when restar
 model whose output folder already holds a complete training_log.json is skipped (`--force` retrains it).
 The settings below are the shipped ones; why each was chosen is in docs/report.md ("How the shipped models were
 trained"). Nothing here looks at test queries. `--device cuda` trains (and runs the teachers) on a GPU with the
-same settings (`--precision fp32` overrides the recipes' bf16); how long that takes against a CPU: docs/gpu.md.
+same settings (`--precision float32` overrides the recipes' bfloat16); how long that takes against a CPU: docs/gpu.md.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggre
 from pyserini_ext.train.aligner import AlignerModelConfig, train_aligner
 from pyserini_ext.train.deepct import DeepCTModelConfig, train_deepct
 from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build_distillation_set
-from pyserini_ext.train.loop import PRECISIONS, TrainConfig
+from pyserini_ext.train.loop import PRECISIONS, TrainConfig, precision_name
 
 MODELS = ("deepct", "aggretriever", "aligner")
 FOLDERS = {"deepct": "deepct-splade-tiny", "aggretriever": "aggretriever-minilm", "aligner": "aligner-minilm"}
@@ -50,7 +50,7 @@ RECIPES = {
     "aggretriever": Recipe(AggretrieverModelConfig("all-minilm-l6-v2", architecture=AggretrieverConfig(pooling="agg+"),
                                                    heads="lexical", cls_alignment_epochs=1, store_dtype="float16"),
                            TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=976, warmup_ratio=0.05,
-                                       batch_size=8, group_size=3, precision="bf16")),
+                                       batch_size=8, group_size=3, precision="bfloat16")),
     # MiniLM body (6 x 384) and the unpruned loss term; 240 steps fit make models' CPU time (experiments/aligner-recipe)
     "aligner": Recipe(AlignerModelConfig("all-minilm-l6-v2", store_dtype="float16", unpruned_loss_weight=1.0),
                       TrainConfig(learning_rate=2e-5, head_learning_rate=1e-3, max_steps=240, warmup_ratio=0.05,
@@ -151,9 +151,10 @@ def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
                 + f", linear warm-up {train['warmup_ratio']:.0%} and decay, seed {train['seed']}")
     training += (f", {train['batch_size']} passages per step" if kind == "deepct" else
                  f", {train['batch_size']} queries x {train['group_size']} candidates per step")
-    if log.get("precision_used", train.get("precision")) == "bf16":
+    asked = precision_name(train.get("precision", "float32"))  # logs written before the rename say bf16
+    if precision_name(log.get("precision_used", asked)) == "bfloat16":
         training += ", forward pass under bfloat16 autocast (float32 weights and optimiser)"
-    elif train.get("precision") == "bf16":
+    elif asked == "bfloat16":
         training += ", float32 (the recipe's bfloat16 autocast needs bfloat16 kernels, which this machine lacks)"
     (folder / "README.md").write_text(CARD.format(
         folder=folder.name.removeprefix(".").removesuffix(".partial"), summary=SUMMARIES[kind],
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="retrain models whose output already exists")
     parser.add_argument("--threads", type=int, default=max(1, torch.get_num_threads()))
     parser.add_argument("--device", default="cpu", help="torch device of the teachers and the training, e.g. cuda")
-    parser.add_argument("--precision", choices=PRECISIONS, help="override the recipes' training precision")
+    parser.add_argument("--precision", type=precision_name, choices=PRECISIONS,  # fp32 / bf16 still read
+                        help="override the recipes' training precision")
     args = parser.parse_args(argv)
     try:
         device = torch.device(args.device)
