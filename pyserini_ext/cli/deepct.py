@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyserini_ext.cli.lucene import LuceneSearchOptions, make_searcher, write_run
 from pyserini_ext.cli.options import (
     Command,
     IndexingOptions,
     TrainingOptions,
-    cap_max_length,
     command_group,
     option,
 )
-from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
-from pyserini_ext.errors import OutputExistsError
+from pyserini_ext.data import check_output, read_topics
 from pyserini_ext.models.deepct_terms import STEMMERS, TF_MERGES, TF_MODES, AnalyzerSettings
 from pyserini_ext.models.folder import resolve_model
 
@@ -70,31 +67,29 @@ def train(options: DeepCTTrainOptions) -> None:
 
 
 def index(options: DeepCTIndexOptions) -> None:
-    from pyserini_ext.encode.deepct import RuntimeDeepCTModel
-    from pyserini_ext.index.deepct import build_deepct_index
+    """The streaming build (index/deepct.py's DeepCTIndexBuilder): in this process, or with `--workers N` /
+    `--ray-address` on Ray actors; the same index either way."""
+    from pyserini_ext.data.output import interrupts_as_exceptions
+    from pyserini_ext.index.deepct import DeepCTIndexBuilder, DeepCTIndexSettings, index_report
+    from pyserini_ext.index.streaming import build, build_on_ray
 
-    if Path(options.output).exists() and not options.overwrite:  # before the weighing work
-        raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
-    corpus = load_dataset(options.dataset).corpus if options.dataset else read_corpus(options.corpus)
-    model_path = resolve_model(options.model, "deepct")
-    analyzer = AnalyzerSettings(options.stemmer, options.keep_stopwords)
-    if options.on_ray():
-        from pyserini_ext.index.scale import encode_on_ray
-
-        encode_on_ray("deepct", model_path, corpus, options.output, options.workers, ray_address=options.ray_address,
-                      options=options.ray_options(max_length=options.max_length, scale=options.scale,
-                                                  mode=options.mode, merge=options.merge, analyzer=analyzer,
-                                                  overwrite=options.overwrite))
-        print(f"indexed {len(corpus)} documents on {options.workers} Ray workers -> {options.output}")
-        return
-    model = RuntimeDeepCTModel(model_path, options.runtime())
-    model.model.max_length = cap_max_length(options.max_length, model.model.encoder.config.max_position_embeddings) \
-        or model.max_length
-    rule = model.index_tf.with_overrides(scale=options.scale, mode=options.mode, merge=options.merge)
-    report = build_deepct_index(model, corpus, options.output, rule, analyzer=analyzer, batch_size=options.batch_size,
-                                overwrite=options.overwrite, model_name=str(options.model))
-    print(f"indexed {report.documents} documents ({report.empty_documents} empty), total tf {report.total_tf}, "
-          f"in {report.seconds:.0f}s -> {options.output}")
+    settings = DeepCTIndexSettings(options.scale, options.mode, options.merge,
+                                   AnalyzerSettings(options.stemmer, options.keep_stopwords), options.max_length,
+                                   options.batch_size)
+    runtime = {"backend": options.backend, "device": options.device, "precision": options.precision}
+    builder = DeepCTIndexBuilder(resolve_model(options.model, "deepct"), settings, runtime,
+                                 model_name=str(options.model))
+    documents, total = options.documents()
+    where = dict(chunk_docs=options.chunk_docs, total=total, overwrite=options.overwrite, resume=not options.restart)
+    with interrupts_as_exceptions():  # Ctrl-C / SIGTERM while the JVM runs: a clean stop, the parts kept to resume
+        if options.on_ray():
+            build_on_ray(builder, documents, options.output, options.workers, options.ray_address, **where)
+        else:
+            build(builder, documents, options.output, **where)
+    report = index_report(options.output)
+    on = f" on {options.workers} Ray workers" if options.on_ray() else ""
+    print(f"indexed {report.documents} documents ({report.empty_documents} empty){on}, total tf {report.total_tf}, "
+          f"in {report.seconds:.0f}s of weighing and writing -> {options.output}")
 
 
 def search(options: DeepCTSearchOptions) -> None:
