@@ -11,8 +11,9 @@ from transformers import AutoTokenizer
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
 from pyserini_ext.index.aligner import AlignerIndex, build_index, encode_corpus
 from pyserini_ext.index.aligner_build import build_aligner_index
-from pyserini_ext.index.deepct import build_deepct_index
+from pyserini_ext.index.deepct import DeepCTIndexBuilder, DeepCTIndexSettings, build_deepct_index
 from pyserini_ext.index.scale import encode_on_ray
+from pyserini_ext.index.streaming import build_on_ray
 from pyserini_ext.models.aggretriever import from_masked_lm
 from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.deepct import DeepCTModel
@@ -73,14 +74,19 @@ def test_two_ray_workers_build_the_single_process_indexes(cluster, corpus, model
     assert (out / "docid").read_text().split() == list(corpus)
     assert np.abs(index.reconstruct_n(0, index.ntotal) - expected).max() < 1e-5
 
-    # DeepCT: the same term frequencies in the Lucene index as build_deepct_index in one process
+    # DeepCT: the same term frequencies in the Lucene index as build_deepct_index in one process (one window per
+    # forward pass: weights that do not depend on batch neighbours)
     from pyserini.index.lucene import LuceneIndexReader
 
-    ray_index = encode_on_ray("deepct", deepct_dir, corpus, tmp_path / "deepct", workers=2)
+    ray_index = build_on_ray(DeepCTIndexBuilder(deepct_dir, DeepCTIndexSettings(batch_size=1)), iter(corpus.items()),
+                             tmp_path / "deepct", workers=2, chunk_docs=5, progress=False)
     single = tmp_path / "deepct-single"
-    build_deepct_index(DeepCTModel.from_pretrained(deepct_dir), corpus, single, model_name=str(deepct_dir))
+    build_deepct_index(DeepCTModel.from_pretrained(deepct_dir), corpus, single, batch_size=1,
+                       model_name=str(deepct_dir))
     assert postings(ray_index) == postings(single)
-    assert LuceneIndexReader(str(ray_index)).stats() == LuceneIndexReader(str(single)).stats()
+    ray_reader, single_reader = LuceneIndexReader(str(ray_index)), LuceneIndexReader(str(single))
+    assert ray_reader.stats() == single_reader.stats()
+    assert [ray_reader.convert_internal_docid_to_collection_docid(i) for i in range(len(corpus))] == list(corpus)
 
     # AligneR: same tokens and offsets; vectors equal up to float16 rounding of batch-dependent float32 noise
     ray_folder = build_aligner_index(aligner_dir, iter(corpus.items()), tmp_path / "aligner", workers=2,
@@ -113,7 +119,8 @@ def test_index_commands_take_ray_workers(cluster, corpus, models, tmp_path):
     assert ray_index.ntotal == len(corpus)
     assert np.abs(ray_index.reconstruct_n(0, len(corpus)) - one_index.reconstruct_n(0, len(corpus))).max() < 1e-5
 
-    common = ["--model", str(deepct_dir), "--corpus", str(path), "--stemmer", "none"]
+    common = ["--model", str(deepct_dir), "--corpus", str(path), "--stemmer", "none", "--chunk-docs", "5",
+              "--batch-size", "1"]
     assert deepct_cli(["index", *common, "--output", str(tmp_path / "deepct-ray"), "--workers", "2"]) == 0
     assert deepct_cli(["index", *common, "--output", str(tmp_path / "deepct-one")]) == 0
     on_ray = postings(tmp_path / "deepct-ray")
