@@ -1,12 +1,13 @@
 """AligneR token index: salience-pruned token vectors, stored compactly, plus a candidate generator.
 
-Two steps, so that one (slow) encoding serves several pruning ratios:
-1. `encode_corpus` -> `EncodedCorpus`: every token vector (float16) and its document-salience pre-activation.
-2. `build_index(encoded, folder, beta_d, codec, candidates)`: keeps ceil(beta_d * m) vectors of each document's
-   m tokens, by default merging similar tokens (`pool_tokens`), or pruning to the most salient ones
-   (`prune_tokens`, reduction="prune"), and writes
+1. `encode_corpus` -> `EncodedCorpus`: every token vector (float16) and its document-salience pre-activation (one
+   chunk of a stream, or a whole small corpus kept as an --encoded cache for several pruning ratios).
+2. The build (index/aligner_build.py, streaming: chunk by chunk, resumable, on Ray alike; `build_index` here for
+   an `EncodedCorpus`) keeps ceil(beta_d * m) vectors of each document's m tokens, by default merging similar
+   tokens (`pool_tokens`), or pruning to the most salient ones (`prune_tokens`, reduction="prune"), and writes
 
-   metadata.json   format, model (path, fingerprint), dims, beta_d, codec, candidates, counts, bytes per part
+   metadata.json   format, model (path, fingerprint), dims, settings, codec, candidates, counts, search defaults,
+                   bytes per file
    docids.txt      one docid per line, in index order
    offsets.npy     int64 [documents + 1]: tokens of document i are rows offsets[i]:offsets[i + 1]
    weights.npy     float16 [tokens]: document salience u = ReLU(W d + b) of every kept (or pooled) token
@@ -15,11 +16,12 @@ Two steps, so that one (slow) encoding serves several pruning ratios:
                    + PQ code of the residual, ColBERTv2-style; decoded with Faiss `sa_decode`)
    candidates.faiss          token-level ANN index (candidates "ivfpq" or "hnsw"); "flat" stores nothing
                    and keeps the stored vectors as float32 in memory for an exact search when the index is opened.
-   centroid_docs.npy + centroid_offsets.npy   inverted lists centroid -> documents (candidates "centroid",
-                   PLAID-style, from the centroid ids inside the residual-pq codes: no second index)
+   centroid_docs.npy + centroid_offsets.npy + segments.npy   inverted lists centroid -> documents per segment of
+                   at most 65,536 documents (candidates "centroid", PLAID-style, from the centroid ids inside the
+                   residual-pq codes: no second index)
 
-Codecs and candidate generators are objects behind one small interface (index/aligner_codecs.py); this module
-only wires them. `bytes_per_token` in the metadata counts every file of the folder.
+Codecs and candidate generators are objects behind one small interface (index/aligner_codecs.py). An opened index
+memory-maps every array. `bytes_per_token` in the metadata counts every file of the folder.
 
 The folder is written under a temporary name and renamed when complete, so an interrupted build leaves no
 folder that opens; `AlignerIndex.open` checks every file against the metadata and names what is wrong.
@@ -215,22 +217,17 @@ def pool_tokens(offsets: np.ndarray, vectors: np.ndarray, salience_scores: np.nd
             np.concatenate(pooled_vectors).astype(vectors.dtype), np.concatenate(pooled_scores))
 
 
-# Pruning pushes a token back when its cosine with a more salient token of its document is at least this. Chosen
-# on development queries (40% of tokens, every query token, aligner-minilm; docs/aligner.md): SciFact train /
-# MS MARCO triples dev nDCG@10, by salience alone 0.6791 / 0.9387, 0.9 0.6918 / 0.9447, 0.85 0.6949 / 0.9581,
-# 0.8 0.6904 / 0.9540, 0.75 - / 0.9391, 0.7 0.6988 / 0.9286 (best mean: 0.85).
+# Pruning pushes a token back when its cosine with a more salient token of its document is at least this: a
+# near-copy adds little to a MaxSim alignment (chosen on development queries: experiments/aligner-token-reduction/)
 DUPLICATE_COSINE: float | None = 0.85
 
 # How an index keeps ceil(beta_d * m) vectors of a document's m tokens: "pool" merges them (`pool_tokens`),
-# "prune" keeps the most salient (`prune_tokens`). Chosen on development queries (40% of the vectors, every query
-# token, aligner-minilm, scripts/dev_pruning.py; docs/aligner.md): SciFact train / MS MARCO triples dev nDCG@10,
-# all tokens 0.7000 / 0.9738, prune (near-copies last) 0.6949 / 0.9581, pool 0.6960 / 0.9638.
+# "prune" keeps the most salient (`prune_tokens`); pooling lost less (experiments/aligner-token-reduction/)
 REDUCTIONS = ("pool", "prune")
 DEFAULT_REDUCTION = "pool"
 
-# Residual codes of 32 x 6 bits (24 bytes; ~30.5 bytes per kept token with the centroid id, weights and lists):
-# chosen on SciFact train queries at every query token (docs/aligner.md): -0.54 nDCG@10 points from exact, where
-# 32 x 8 bits (38.7 bytes/token) gives -0.13 and 16 x 8 bits (22.7) -1.73.
+# Residual codes of 32 x 6 bits (24 bytes; ~30.5 bytes per kept token with the centroid id, weights and lists): the
+# best loss per byte on development queries (docs/journal/aligner.md)
 RESIDUAL_PQ_BITS = 6
 
 
