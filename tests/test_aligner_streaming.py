@@ -155,3 +155,21 @@ def test_text_stream_build_equals_the_encoding_path(scifact, model_folder, tmp_p
     assert np.array_equal(index.offsets, expected.offsets)
     rows = np.arange(index.tokens)
     assert np.abs(index.codec.decode(rows) - expected.codec.decode(rows)).max() <= 2e-3
+
+
+def test_large_codecs_store_float16_centroids_and_decode_the_same(encoded, tmp_path, monkeypatch):
+    """From TWO_LEVEL_NLIST lists: two-level k-means, an HNSW quantizer while encoding, and centroids stored apart
+    as float16 (rounded before any token is encoded, so decoding loses nothing)."""
+    monkeypatch.setattr(aligner_build, "TWO_LEVEL_NLIST", 16)
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False, **COMPRESSED))
+    assert (index.folder / "centroids.npy").is_file()
+    centroids = np.load(index.folder / "centroids.npy")
+    assert centroids.dtype == np.float16 and centroids.shape == (32, 32)
+    assert np.array_equal(index.codec.centroids(), centroids.astype(np.float32))
+    decoded = index.codec.decode(np.arange(index.tokens))
+    original = np.asarray(encoded.vectors, dtype=np.float32)
+    assert np.mean(np.sum(decoded * original, axis=1)) > 0.9
+    _, assigned = index.codec.quantizer.search(decoded, 1)  # (tokens were assigned through HNSW: approximate)
+    assert np.mean(assigned[:, 0] == index.codec.centroid_ids()) > 0.8
+    for q, w in queries():  # the compact codec serves the centroid stage as the full one does
+        assert len(index.candidates.candidates(q, w, 20)) == 20

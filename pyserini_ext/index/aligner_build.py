@@ -151,6 +151,8 @@ class AlignerIndexBuilder(IndexBuilder):
             options = train_options(settings, vectors.shape[1])
             if settings.codec == "residual-pq":
                 codec = ResidualPQStore.fit(vectors, options)
+                if options["two_level"]:
+                    codec.round_centroids()
                 faiss.write_index(codec.ivfpq, str(prepared / "codec.faiss"))
             if settings.candidates == "ivfpq":
                 empty = (faiss.read_index(str(prepared / "codec.faiss")) if settings.codec == "residual-pq"
@@ -348,7 +350,9 @@ def finalise_parts(parts: list[Path], output: Path, prepared: Path, overwrite: b
         concatenate_npy([p / "weights.npy" for p in parts], tmp / "weights.npy")
         stored = "codes.npy" if settings.codec == "residual-pq" else "vectors.npy"
         concatenate_npy([p / stored for p in parts], tmp / stored)
-        if settings.codec == "residual-pq":
+        if settings.codec == "residual-pq" and settings.nlist >= TWO_LEVEL_NLIST:
+            ResidualPQStore(faiss.read_index(str(prepared / "codec.faiss"))).write_compact(tmp)
+        elif settings.codec == "residual-pq":
             shutil.copyfile(prepared / "codec.faiss", tmp / "codec.faiss")
         candidate_info = {}
         if settings.candidates == "centroid":

@@ -153,7 +153,7 @@ class DeepCTIndexBuilder(IndexBuilder):
             max_length = self._loaded.max_length
         self.rule = rule.with_overrides(settings.scale, settings.mode, settings.merge)
         self.max_length = max_length
-        self.model_name = model_name or self.model
+        self.model_name = model_name or (str(model) if self._loaded is None else self.model)  # as given, unresolved
         # Lucene's analyzer starts the JVM: here, before Ray (build_on_ray) starts its threads, after which a JVM
         # start crashes the process
         self.words = WordAnalyzer(settings.analyzer)

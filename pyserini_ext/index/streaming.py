@@ -251,8 +251,9 @@ def build_on_ray(builder: IndexBuilder, documents: Iterable[Document], output: s
         raise ValueError(f"chunk_docs must be >= 1, got {chunk_docs}")
     check_output(output, overwrite, builder.owns)
     state = BuildState(builder, Path(output), chunk_docs, resume)
-    if not ray.is_initialized():
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():  # None: a Ray of our own, never a cluster that happens to run on this machine
+        ray.init(address=ray_address or "local", include_dashboard=False, log_to_driver=False,
+                 **({} if ray_address else {"num_cpus": workers}))
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= workers else 0
     runtime = {**builder.runtime, **({"device": "cuda"} if gpus else {})}
     actor = ray.remote(num_cpus=1, num_gpus=gpus)(_PartWriter)

@@ -1,0 +1,118 @@
+"""Scaling curves of the three models' index builds and searches, N = 30k ... 1M passages, and what they imply for
+MS MARCO passage (8.8M): writes docs/scale-results.md (table, extrapolation) and docs/scale.png (generated; the
+hand-written docs/scale.md explains them).
+
+Each model's rows come from its own script (bench/scale_aligner.py, scale_aggretriever.py, scale_deepct.py), every
+build and search in a process of its own (peak RSS from wait4). Rows are cached per model in WORK/rows-<model>.json,
+so `--models aligner` reruns one model and keeps the others.
+
+    python bench/bench_scale.py                               # every model, 30k,100k,300k,1M (hours on 2 cores)
+    python bench/bench_scale.py --sizes 30000,100000 --models aligner
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {"aligner": "scale_aligner", "aggretriever": "scale_aggretriever", "deepct": "scale_deepct"}
+MSMARCO = 8_841_823
+# columns shown when a model's rows have them, in this order
+COLUMNS = ("model", "variant", "N", "source", "codec", "candidates", "nlist", "index_type", "build_s",
+           "build_rss_mb", "ray_driver_rss_mb", "index_mb", "bytes_per_token", "search_rss_mb", "p50_ms", "p95_ms",
+           "touched_pct", "recall_at_10_vs_exact", "ndcg_at_10")
+
+
+def table(rows: list[dict]) -> str:
+    columns = [c for c in COLUMNS if any(c in r for r in rows)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def slope_at(rows: list[dict], key: str, n: int, power: bool = False) -> float | None:
+    """`key` at N = n from the two largest measured sizes: linear in N, or a power law (log-log) when `power`."""
+    points = sorted((r["N"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0)
+    if len(points) < 2:
+        return None
+    (n1, y1), (n2, y2) = points[-2], points[-1]
+    if power:
+        exponent = math.log(y2 / y1) / math.log(n2 / n1)
+        return y2 * (n / n2) ** exponent
+    return y2 + (y2 - y1) / (n2 - n1) * (n - n2)
+
+
+def extrapolation(rows: list[dict]) -> str:
+    lines = ["| model / variant | index GB | build peak RSS GB | index-stage build hours (2 cores) | query p50 ms |",
+             "|---|---|---|---|---|"]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(f"{r['model']} {r.get('variant', '')}".strip(), []).append(r)
+    for name, group in groups.items():
+        index_mb = slope_at(group, "index_mb", MSMARCO)
+        rss = max((r["build_rss_mb"] for r in group if "build_rss_mb" in r), default=None)
+        hours = slope_at(group, "build_s", MSMARCO)
+        p50 = slope_at(group, "p50_ms", MSMARCO, power=True)
+        lines.append(f"| {name} | {index_mb / 1024:.1f} | {rss / 1024:.2f} | {hours / 3600:.1f} | {p50:.0f} |"
+                     if None not in (index_mb, rss, hours, p50) else f"| {name} | (needs two sizes) | | | |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("build_rss_mb", "build peak RSS (MB)"), ("index_mb", "index (MB)"), ("p50_ms", "query p50 (ms)"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(15, 4))
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(f"{r['model']} {r.get('variant', '')}".strip(), []).append(r)
+    for ax, (key, label) in zip(axes, panels):
+        for name, group in groups.items():
+            points = sorted((r["N"], r[key]) for r in group if key in r)
+            if points:
+                ax.plot(*zip(*points), marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("passages (N)")
+        ax.set_title(label)
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="30000,100000,300000,1000000")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--work", default=str(ROOT / "runs" / "scale"))
+    parser.add_argument("--output", default=str(ROOT / "docs" / "scale-results.md"))
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for name in args.models.split(","):
+        found = importlib.import_module(MODELS[name]).rows(sizes, work)
+        (work / f"rows-{name}.json").write_text(json.dumps(found, indent=1))
+    rows = [r for name in MODELS if (work / f"rows-{name}.json").is_file()
+            for r in json.loads((work / f"rows-{name}.json").read_text())]
+    output = Path(args.output)
+    plot(rows, output.with_name("scale.png"))
+    output.write_text(
+        "# Scaling curves (generated by `python bench/bench_scale.py`; do not edit, see docs/scale.md)\n\n"
+        + table(rows) + "\n\n![scaling curves](scale.png)\n\n## MS MARCO passage (8,841,823 passages), "
+        "extrapolated from the two largest sizes\n\nIndex bytes and build time linear in N, query p50 as a power "
+        "law, build RSS the largest measured (bounded builds).\n\n" + extrapolation(rows) + "\n")
+    print(table(rows))
+    print(extrapolation(rows))
+
+
+if __name__ == "__main__":
+    main()
