@@ -1,18 +1,21 @@
 """`pyserini-ext aggretriever init|convert|train|index`: make Pyserini-format Aggretriever folders, and encode a
-corpus into a Pyserini Faiss index (in this process or on Ray workers: `--workers N [--ray-address auto]`)."""
+corpus into a Pyserini Faiss index, flat, IVF-PQ or HNSW, streamed in chunks (in this process or on Ray workers:
+`--workers N [--ray-address auto]`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pyserini_ext.cli.options import Command, IndexingOptions, TrainingOptions, command_group, option
-from pyserini_ext.data import check_output, load_dataset, read_corpus
+from pyserini_ext.data import check_output
 from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
+from pyserini_ext.index.aggretriever import INDEX_TYPES, AggretrieverIndexSettings
 from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
 from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
 
 _DEFAULTS = AggretrieverConfig()
+_INDEX_DEFAULTS = AggretrieverIndexSettings()
 
 
 @dataclass
@@ -54,6 +57,21 @@ class AggretrieverTrainOptions(TrainingOptions):
 class AggretrieverIndexOptions(IndexingOptions):
     model: str = option(help="Aggretriever model: `aggretriever` (the shipped one), a folder or a hub name")
     max_length: int = option(DOCUMENT_MAX_LENGTH, help="passage tokens", min=2)
+    index_type: str = option("flat", choices=INDEX_TYPES,
+                             help="flat: exact, what `pyserini.encode --to-faiss` writes (3 KB per passage); ivfpq: "
+                                  "IVF with product-quantised codes (--pq-m bytes per passage), trained on the first "
+                                  "--train-docs passages; hnsw: a graph over the exact vectors (held in RAM to build)")
+    nlist: int = option(0, help="ivfpq inverted lists (0: the power of two nearest 4*sqrt(passages))", min=0)
+    nprobe: int = option(0, help="ivfpq lists searched per query, stored in the index (0: nlist/16, at least 8)",
+                         min=0)
+    pq_m: int = option(_INDEX_DEFAULTS.pq_m, help="ivfpq bytes per passage (sub-quantizers; divides the dimension)",
+                       min=1)
+    train_docs: int = option(_INDEX_DEFAULTS.train_docs, help="ivfpq training sample (the first passages)", min=1)
+
+    def settings(self) -> AggretrieverIndexSettings:
+        return AggretrieverIndexSettings(index_type=self.index_type, max_length=self.max_length,
+                                         batch_size=self.batch_size, nlist=self.nlist, nprobe=self.nprobe,
+                                         pq_m=self.pq_m, train_docs=self.train_docs)
 
 
 def init(options: AggretrieverInitOptions) -> None:
@@ -89,25 +107,29 @@ def train(options: AggretrieverTrainOptions) -> None:
 
 
 def index(options: AggretrieverIndexOptions) -> None:
-    """The Faiss flat index `python -m pyserini.encode ... --to-faiss` writes, here or on Ray workers."""
-    from pyserini_ext.index.scale import encode_locally, encode_on_ray
+    """A Pyserini Faiss index (flat: what `python -m pyserini.encode ... --to-faiss` writes), built in chunks from
+    the corpus file as it is read, here or on Ray workers."""
+    from pyserini_ext.index.aggretriever import AggretrieverIndexBuilder, is_aggretriever_index
+    from pyserini_ext.index.streaming import build, build_on_ray
 
-    check_output(options.output, options.overwrite)  # before the encoding work
-    corpus = load_dataset(options.dataset).corpus if options.dataset else read_corpus(options.corpus)
-    model = resolve_model(options.model, "aggretriever")
-    settings = options.ray_options(max_length=options.max_length)
+    check_output(options.output, options.overwrite, is_aggretriever_index)  # before the encoding work
+    documents, total = options.documents()
+    runtime = {"device": options.device, "backend": options.backend, "precision": options.precision}
+    builder = AggretrieverIndexBuilder(resolve_model(options.model, "aggretriever"), options.settings(),
+                                       {**runtime, "progress": not options.on_ray()})
+    common = {"chunk_docs": options.chunk_docs, "total": total, "overwrite": options.overwrite,
+              "resume": not options.restart}
     if options.on_ray():
-        encode_on_ray("aggretriever", model, corpus, options.output, options.workers, ray_address=options.ray_address,
-                      options=settings)
+        build_on_ray(builder, documents, options.output, options.workers, options.ray_address, **common)
     else:
-        encode_locally("aggretriever", model, corpus, options.output, settings)
-    print(f"encoded {len(corpus)} documents -> {options.output}")
+        build(builder, documents, options.output, **common)
+    print(f"encoded {total} documents -> {options.output} ({options.index_type})")
 
 
 main = command_group("pyserini-ext aggretriever", __doc__, {
     "init": Command("new Aggretriever heads on a masked-LM backbone", AggretrieverInitOptions, init),
-    "index": Command("encode a corpus into a Pyserini Faiss flat index (optionally on Ray)", AggretrieverIndexOptions,
-                     index),
+    "index": Command("encode a corpus into a Pyserini Faiss index: flat, ivfpq or hnsw (optionally on Ray)",
+                     AggretrieverIndexOptions, index),
     "convert": Command("castorini/dhr training-repo checkpoint -> Pyserini format", AggretrieverConvertOptions,
                        convert),
     "train": Command("train on a BEIR dataset's qrels, or distil the packaged teachers on its corpus",

@@ -1,0 +1,329 @@
+"""Aggretriever's streaming index build (`IndexBuilder`, see streaming.py): a Pyserini Faiss index folder.
+
+The folder holds what Pyserini's FaissRepresentationWriter writes (`index`, `docid`: the unchanged `python -m
+pyserini.search.faiss --index` opens it) plus `pyserini_ext_index.json` (model, settings, counts). Index types:
+
+    flat    IndexFlatIP, Pyserini's default and what `python -m pyserini.encode ... --to-faiss` writes (the same
+            bytes). Parts are the chunks' float32 vectors; finalise streams them into the file after a header, so
+            the build holds one part at a time.
+    ivfpq   IndexIVFPQ (inner product): `prepare` encodes the first `train_docs` documents and trains the coarse
+            quantizer and the PQ on them (their vectors are kept and reused by the parts, not encoded twice);
+            each part is the chunk's codes added to a copy of the trained empty index (part .faiss); finalise
+            writes the inverted lists of all parts, list by list, straight into the file (exactly what Faiss's
+            IndexIVF.merge_from of the parts writes), holding one part at a time. `nprobe` is stored in the index:
+            Pyserini's FaissSearcher sets none.
+    hnsw    IndexHNSWFlat (inner product), parts are vectors; finalise adds them to the graph, which, as HNSW
+            does, holds every vector in RAM. `efSearch` is stored in the index (Pyserini's `--ef-search` overrides).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from pyserini_ext.data import atomic_output
+from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
+from pyserini_ext.errors import IndexFolderError, OptionError
+from pyserini_ext.index.streaming import Document, IndexBuilder, part_docids
+
+INDEX_TYPES = ("flat", "ivfpq", "hnsw")
+METADATA_FILE = "pyserini_ext_index.json"
+INDEX_FILE, DOCID_FILE = "index", "docid"  # Pyserini's names
+VECTORS_FILE, PART_INDEX_FILE = "vectors.npy", "index.faiss"
+TRAINED_FILE, SAMPLE_VECTORS, SAMPLE_DOCIDS = "trained.faiss", "sample.npy", "sample_docids.txt"
+ENCODER_RUNTIME = ("device", "backend", "precision", "threads", "onnx_dir", "position_chunk")
+# the inverted lists block Faiss writes for an empty IndexIVF ("ilar", nlist, code size, "sprs", no sizes)
+_EMPTY_LISTS = struct.Struct("<4sQQ4sQ")
+
+
+@dataclass
+class AggretrieverIndexSettings:
+    """One build's settings (stored in the work folder and in the index metadata). 0 means "by the corpus size"
+    where the help says so; the metadata records the values used."""
+    index_type: str = "flat"
+    max_length: int = DOCUMENT_MAX_LENGTH  # passage tokens
+    batch_size: int = 32  # passages per forward pass
+    nlist: int = 0  # ivfpq inverted lists; 0: default_nlist(corpus size)
+    nprobe: int = 0  # ivfpq lists searched per query, stored in the index; 0: default_nprobe(nlist)
+    pq_m: int = 192  # ivfpq sub-quantizers: bytes per vector (the dimension must divide by it)
+    pq_bits: int = 8  # bits per sub-quantizer code
+    train_docs: int = 65536  # ivfpq: documents of the training sample (the first ones of the stream)
+    hnsw_m: int = 32  # hnsw neighbours per node
+    ef_construction: int = 64
+    ef_search: int = 128  # stored in the index
+
+    def __post_init__(self):
+        if self.index_type not in INDEX_TYPES:
+            raise OptionError(f"unknown index type {self.index_type!r}; known: {', '.join(INDEX_TYPES)}")
+        if self.max_length < 2:
+            raise OptionError(f"max_length must be >= 2 ([CLS] plus one token), got {self.max_length}")
+        for name in ("nlist", "nprobe"):
+            if getattr(self, name) < 0:
+                raise OptionError(f"{name} must be >= 0 (0: chosen by the corpus size), got {getattr(self, name)}")
+        for name in ("batch_size", "pq_m", "train_docs", "hnsw_m", "ef_construction", "ef_search"):
+            if getattr(self, name) < 1:
+                raise OptionError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 1 <= self.pq_bits <= 16:
+            raise OptionError(f"pq_bits must be in 1..16, got {self.pq_bits}")
+
+
+def default_nlist(documents: int, train_docs: int) -> int:
+    """The power of two nearest 4 * sqrt(N) (the low end of Faiss's 4-16 sqrt(N) guideline: the cheapest to train
+    and to probe), at most one list per 16 training documents (k-means needs several points per centroid; the
+    sample, not the corpus, bounds it, so that training memory stays flat in N)."""
+    nlist = 2 ** max(0, round(math.log2(4 * math.sqrt(max(documents, 1)))))
+    cap = 2 ** max(0, int(math.log2(max(min(documents, train_docs) // 16, 1))))
+    return max(1, min(nlist, cap))
+
+
+def default_nprobe(nlist: int) -> int:
+    """Lists searched per query: 1/16 of them (at least 8, at most all)."""
+    return min(nlist, max(8, nlist // 16))
+
+
+class AggretrieverIndexBuilder(IndexBuilder):
+    """Aggretriever documents -> a Pyserini Faiss index (see the module docstring). runtime: the encoder's device,
+    backend, precision, threads (not part of the settings: they change how, not what, is computed) and
+    `progress` (a bar over each chunk's batches)."""
+    kind = "aggretriever"
+
+    def __init__(self, model: str, settings: AggretrieverIndexSettings | None = None, runtime: dict | None = None):
+        super().__init__(model, settings or AggretrieverIndexSettings(), runtime)
+        self.sample_docs = self.settings.train_docs if self.settings.index_type == "ivfpq" else 0
+        self._encoder = None
+        self._trained = None  # (prepared folder, trained empty index)
+        self._sample = None  # (prepared folder, {docid: row}, sample vectors memory-mapped)
+
+    # ---- encoding -------------------------------------------------------------------------------------------
+    def encode(self, documents: list[Document]) -> np.ndarray:
+        """[n, dim] float32 document vectors, `batch_size` passages per forward pass."""
+        if self._encoder is None:
+            from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
+
+            options = {k: v for k, v in self.runtime.items() if k in ENCODER_RUNTIME}
+            self._encoder = AggretrieverDocumentEncoder(self.model, **options)
+        size = self.settings.batch_size
+        starts = tqdm(range(0, len(documents), size), desc="encode", unit="batch", leave=False,
+                      disable=not self.runtime.get("progress"))
+        return np.concatenate([self._encoder.encode([d.get("text", "") for _, d in documents[i:i + size]],
+                                                    titles=[d.get("title", "") for _, d in documents[i:i + size]],
+                                                    max_length=self.settings.max_length)
+                               for i in starts]).astype(np.float32, copy=False)
+
+    def vectors(self, documents: list[Document], prepared: Path) -> np.ndarray:
+        """The chunk's vectors; those of the training sample come from `prepare`'s encoding, not encoded again."""
+        rows = self._sample_rows(prepared)
+        found = [rows.get(docid, -1) for docid, _ in documents]
+        if min(found, default=-1) < 0:
+            if max(found, default=-1) < 0:
+                return self.encode(documents)
+            missing = [i for i, row in enumerate(found) if row < 0]
+            vectors = np.empty((len(documents), self._sample[2].shape[1]), dtype=np.float32)
+            vectors[missing] = self.encode([documents[i] for i in missing])
+            kept = [i for i, row in enumerate(found) if row >= 0]
+            vectors[kept] = self._sample[2][[found[i] for i in kept]]
+            return vectors
+        return np.array(self._sample[2][found], dtype=np.float32)
+
+    def _sample_rows(self, prepared: Path) -> dict[str, int]:
+        if not (prepared / SAMPLE_DOCIDS).is_file():
+            return {}
+        if self._sample is None or self._sample[0] != prepared:
+            docids = (prepared / SAMPLE_DOCIDS).read_text(encoding="utf-8").splitlines()
+            self._sample = (prepared, {d: i for i, d in enumerate(docids)},
+                            np.load(prepared / SAMPLE_VECTORS, mmap_mode="r"))
+        return self._sample[1]
+
+    # ---- the streaming steps --------------------------------------------------------------------------------
+    def prepare(self, sample: list[Document], prepared: Path, total_documents: int | None) -> None:
+        """ivfpq: encode the sample (kept for the parts) and train the empty index on it."""
+        vectors = self.encode(sample)
+        np.save(prepared / SAMPLE_VECTORS, vectors)
+        (prepared / SAMPLE_DOCIDS).write_text("".join(f"{d}\n" for d, _ in sample), encoding="utf-8")
+        # a stream shorter than the sample is the whole corpus; a longer one of unknown size: the sample's size
+        documents = total_documents if total_documents is not None else len(sample)
+        self.train(vectors, prepared, documents)
+
+    def train(self, vectors: np.ndarray, prepared: Path, documents: int) -> None:
+        """The trained empty IndexIVFPQ (nlist and nprobe resolved by `documents`, the corpus size)."""
+        import faiss
+
+        settings = self.resolved(documents, len(vectors))
+        dimension = vectors.shape[1]
+        if dimension % settings.pq_m:
+            raise OptionError(f"pq_m {settings.pq_m} does not divide the dimension {dimension}")
+        if len(vectors) < max(settings.nlist, 2 ** settings.pq_bits):
+            raise OptionError(f"ivfpq needs at least {max(settings.nlist, 2 ** settings.pq_bits)} training documents "
+                              f"(nlist {settings.nlist}, {2 ** settings.pq_bits} PQ centroids), the corpus gives "
+                              f"{len(vectors)}; use --index-type flat, or smaller --nlist")
+        quantizer = faiss.IndexFlatIP(dimension)
+        index = faiss.IndexIVFPQ(quantizer, dimension, settings.nlist, settings.pq_m, settings.pq_bits,
+                                 faiss.METRIC_INNER_PRODUCT)
+        index.train(np.ascontiguousarray(vectors, dtype=np.float32))
+        index.nprobe = settings.nprobe
+        faiss.write_index(index, str(prepared / TRAINED_FILE))
+        (prepared / "resolved.json").write_text(json.dumps(asdict(settings)))
+
+    def resolved(self, documents: int, train_docs: int | None = None) -> AggretrieverIndexSettings:
+        """The settings with nlist and nprobe chosen for a corpus of `documents` (where they are 0)."""
+        settings = self.settings
+        nlist = settings.nlist or default_nlist(documents, train_docs or settings.train_docs)
+        return replace(settings, nlist=nlist, nprobe=min(settings.nprobe or default_nprobe(nlist), nlist))
+
+    def write_part(self, documents: list[Document], part: Path, prepared: Path) -> dict:
+        vectors = self.vectors(documents, prepared)
+        return self.write_vectors(vectors, part, prepared)
+
+    def write_vectors(self, vectors: np.ndarray, part: Path, prepared: Path) -> dict:
+        """One part from its vectors: float32 .npy (flat, hnsw), or the codes in a copy of the trained index."""
+        if self.settings.index_type != "ivfpq":
+            np.save(part / VECTORS_FILE, np.ascontiguousarray(vectors, dtype=np.float32))
+            return {"dimension": int(vectors.shape[1])}
+        import faiss
+
+        index = faiss.clone_index(self._trained_index(prepared))
+        index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.arange(len(vectors), dtype=np.int64))
+        faiss.write_index(index, str(part / PART_INDEX_FILE))
+        return {"dimension": int(index.d)}
+
+    def _trained_index(self, prepared: Path):
+        import faiss
+
+        if self._trained is None or self._trained[0] != prepared:
+            self._trained = (prepared, faiss.read_index(str(prepared / TRAINED_FILE)))
+        return self._trained[1]
+
+    def finalise(self, parts: list[Path], output: Path, prepared: Path, overwrite: bool) -> Path:
+        counts = [len(part_docids(p)) for p in parts]
+        dimensions = {json.loads((p / "part.json").read_text())["dimension"] for p in parts}
+        if len(dimensions) != 1:
+            raise IndexFolderError(f"the parts have different dimensions {sorted(dimensions)}; build again")
+        settings = self.settings
+        with atomic_output(output, overwrite, owned=self.owns) as tmp:
+            tmp.mkdir()
+            with open(tmp / DOCID_FILE, "w", encoding="utf-8") as f:
+                for part in parts:
+                    f.write((part / "docids.txt").read_text(encoding="utf-8"))
+            if settings.index_type == "flat":
+                write_flat_index([p / VECTORS_FILE for p in parts], tmp / INDEX_FILE, dimensions.pop())
+            elif settings.index_type == "ivfpq":
+                settings = AggretrieverIndexSettings(**json.loads((prepared / "resolved.json").read_text()))
+                write_ivf_index(self._trained_index(prepared), [p / PART_INDEX_FILE for p in parts], counts,
+                                tmp / INDEX_FILE)
+            else:
+                write_hnsw_index([p / VECTORS_FILE for p in parts], tmp / INDEX_FILE, dimensions.pop(), settings)
+            metadata = {"index": self.kind, "index_type": settings.index_type, "model": self.model,
+                        "settings": asdict(settings), "documents": sum(counts), "parts": len(parts),
+                        "dimension": int(json.loads((parts[0] / "part.json").read_text())["dimension"]),
+                        "index_bytes": (tmp / INDEX_FILE).stat().st_size}
+            (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1))
+        return output
+
+    def owns(self, folder: Path) -> bool:
+        return is_aggretriever_index(folder)
+
+
+def is_aggretriever_index(folder: str | os.PathLike) -> bool:
+    try:
+        return json.loads((Path(folder) / METADATA_FILE).read_text()).get("index") == "aggretriever"
+    except (OSError, ValueError):
+        return False
+
+
+# ---- Faiss index files written part by part -----------------------------------------------------------------
+def _header(index, documents: int, tail: int) -> bytes:
+    """Faiss's serialisation of the empty `index` as if it held `documents` vectors, less its last `tail` bytes
+    (the empty data block, which the caller writes)."""
+    import faiss
+
+    saved = index.ntotal
+    index.ntotal = documents
+    try:
+        data = faiss.serialize_index(index).tobytes()
+    finally:
+        index.ntotal = saved
+    return data[:-tail] if tail else data
+
+
+def write_flat_index(vector_files: list[Path], path: Path, dimension: int) -> None:
+    """The bytes faiss.write_index writes for an IndexFlatIP of the files' vectors (in order), one file in
+    memory at a time: header, the float count, the floats."""
+    import faiss
+
+    arrays = [np.load(f, mmap_mode="r") for f in vector_files]  # headers only; data read one file at a time
+    documents = sum(len(a) for a in arrays)
+    empty = faiss.IndexFlatIP(dimension)
+    header = faiss.serialize_index(empty).tobytes()
+    if header[-8:] != bytes(8):
+        raise RuntimeError("this Faiss version writes IndexFlat differently; cannot stream the flat index")
+    with open(path, "wb") as f:
+        f.write(_header(empty, documents, 8))
+        f.write(struct.pack("<Q", documents * dimension))
+        for array in arrays:
+            if array.ndim != 2 or array.shape[1] != dimension:
+                raise IndexFolderError(f"a part holds vectors of shape {array.shape}, expected [n, {dimension}]")
+            for start in range(0, len(array), 65536):
+                f.write(np.ascontiguousarray(array[start:start + 65536], dtype="<f4").tobytes())
+    del arrays
+
+
+def write_ivf_index(trained, part_files: list[Path], counts: list[int], path: Path) -> None:
+    """The bytes Faiss writes for `trained` after `merge_from` of every part (ids shifted by the documents before
+    it): header, then the inverted lists (each list's codes, then its ids), written with pwrite at their offsets
+    so that one part is in memory at a time."""
+    import faiss
+    from faiss.contrib.inspect_tools import get_invlist
+
+    nlist, code_size = trained.nlist, trained.code_size
+    tail = _header(trained, 0, 0)[-_EMPTY_LISTS.size:]
+    if tail != _EMPTY_LISTS.pack(b"ilar", nlist, code_size, b"sprs", 0):
+        raise RuntimeError("this Faiss version writes inverted lists differently; cannot stream the IVF index")
+    sizes = np.zeros(nlist, dtype=np.int64)
+    for file in part_files:
+        part = faiss.read_index(str(file))  # held: its inverted lists die with it
+        sizes += [part.invlists.list_size(i) for i in range(nlist)]
+    nonempty = np.flatnonzero(sizes)
+    if len(nonempty) > nlist // 2:  # Faiss's own choice between a full and a sparse size table
+        table = b"full" + struct.pack("<Q", nlist) + sizes.astype("<u8").tobytes()
+    else:
+        pairs = np.stack([nonempty, sizes[nonempty]], axis=1).astype("<u8")
+        table = b"sprs" + struct.pack("<Q", pairs.size) + pairs.tobytes()
+    head = _header(trained, int(sizes.sum()), _EMPTY_LISTS.size) + b"ilar" + struct.pack("<QQ", nlist, code_size)
+    head += table
+    # list l occupies sizes[l] * (code_size + 8) bytes: codes, then ids; lists in order, empty ones take nothing
+    starts = len(head) + np.concatenate([[0], np.cumsum(sizes * (code_size + 8))[:-1]])
+    codes_at, ids_at = starts.copy(), starts + sizes * code_size
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(int(starts[-1] + sizes[-1] * (code_size + 8)))
+        offset = 0
+        for file, count in zip(part_files, counts):
+            part = faiss.read_index(str(file))
+            lists = part.invlists
+            for i in range(nlist):
+                if lists.list_size(i) == 0:
+                    continue
+                ids, codes = get_invlist(lists, i)
+                os.pwrite(f.fileno(), codes.tobytes(), int(codes_at[i]))
+                os.pwrite(f.fileno(), (ids.astype(np.int64) + offset).astype("<i8").tobytes(), int(ids_at[i]))
+                codes_at[i] += codes.size
+                ids_at[i] += 8 * len(ids)
+            offset += count
+
+
+def write_hnsw_index(vector_files: list[Path], path: Path, dimension: int,
+                     settings: AggretrieverIndexSettings) -> None:
+    import faiss
+
+    index = faiss.IndexHNSWFlat(dimension, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = settings.ef_construction
+    for file in tqdm(vector_files, desc="hnsw graph", unit="part"):
+        index.add(np.ascontiguousarray(np.load(file), dtype=np.float32))
+    index.hnsw.efSearch = settings.ef_search
+    faiss.write_index(index, str(path))

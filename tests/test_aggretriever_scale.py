@@ -1,0 +1,258 @@
+"""Aggretriever at scale through Pyserini's own tools (issue 45, item 3): `python -m pyserini.encode --shard-id/
+--shard-num` with our encoder and `pyserini.index.merge_faiss_indexes` give the one-shard index; the streaming
+builder (index/aggretriever.py) writes, part by part, the very bytes Faiss writes (flat: Pyserini's writer; IVF-PQ:
+IndexIVF.merge_from of the parts); chunked equals one piece; an interrupted build leaves nothing that opens and
+resumes to the same index; the IVF-PQ index opens in the unchanged `python -m pyserini.search.faiss`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from pyserini_ext.errors import OptionError
+from pyserini_ext.evaluation import read_trec_run
+from pyserini_ext.index.aggretriever import (
+    METADATA_FILE,
+    AggretrieverIndexBuilder,
+    AggretrieverIndexSettings,
+    default_nlist,
+    default_nprobe,
+)
+from pyserini_ext.index.streaming import build, work_folder
+from pyserini_ext.models.aggretriever import from_masked_lm
+
+# one passage per forward pass: a vector then does not depend on which others share its batch (padding changes
+# float rounding), so builds cut into other chunks give the very same bytes
+FLAT = AggretrieverIndexSettings(max_length=128, batch_size=1)
+IVFPQ = AggretrieverIndexSettings(index_type="ivfpq", max_length=128, batch_size=1, nlist=8, pq_m=96)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, splade_tiny_dir, one_thread) -> str:
+    """splade-tiny's MLM head as a lexical-only Aggretriever (768 dimensions, the [CLS] part zero)."""
+    torch.manual_seed(5)
+    folder = tmp_path_factory.mktemp("model") / "agg"
+    from_masked_lm(splade_tiny_dir, constant_term_weight=1.0, zero_cls=True).save_pretrained(
+        folder, AutoTokenizer.from_pretrained(splade_tiny_dir))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def sample(scifact_sample):
+    """20 SciFact test queries, and a corpus of their judged passages and others: 300 in all."""
+    queries, qrels, corpus = scifact_sample(20, 1000)
+    return queries, qrels, list(corpus.items())[:300]
+
+
+def read_vectors(folder: Path) -> np.ndarray:
+    index = faiss.read_index(str(folder / "index"))
+    return index.reconstruct_n(0, index.ntotal)
+
+
+def run_module(module: str, *argv) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *map(str, argv)], check=True, capture_output=True, text=True)
+
+
+# ---- the Faiss files, written part by part -------------------------------------------------------------------
+def write_parts(builder: AggretrieverIndexBuilder, vectors: np.ndarray, sizes: list[int], root: Path) -> list[Path]:
+    """Parts as the streaming build leaves them (part.json, docids.txt, the builder's files)."""
+    parts, start = [], 0
+    for number, size in enumerate(sizes):
+        part = root / f"{number:05d}"
+        part.mkdir(parents=True)
+        info = builder.write_vectors(vectors[start:start + size], part, root / "prepared")
+        (part / "part.json").write_text(json.dumps(info))
+        (part / "docids.txt").write_text("".join(f"d{i}\n" for i in range(start, start + size)))
+        parts.append(part)
+        start += size
+    return parts
+
+
+@pytest.mark.parametrize("nlist, documents", [(16, 3000), (256, 40)])  # a full and a sparse table of list sizes
+def test_streamed_ivfpq_file_is_what_faiss_merge_writes(tmp_path, one_thread, nlist, documents):
+    rng = np.random.default_rng(0)
+    training = rng.standard_normal((3000, 48)).astype(np.float32)
+    vectors = rng.standard_normal((documents, 48)).astype(np.float32)
+    builder = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq", nlist=nlist, pq_m=8,
+                                                                      nprobe=5))
+    (tmp_path / "prepared").mkdir()
+    builder.train(training, tmp_path / "prepared", documents)
+    sizes = [documents // 3, 0, documents - documents // 3 - 1, 1]
+    parts = write_parts(builder, vectors, [s for s in sizes if s], tmp_path)
+    out = builder.finalise(parts, tmp_path / "index", tmp_path / "prepared", overwrite=False)
+
+    expected = faiss.read_index(str(tmp_path / "prepared" / "trained.faiss"))
+    offset = 0
+    for part in parts:
+        index = faiss.read_index(str(part / "index.faiss"))
+        count = index.ntotal
+        expected.merge_from(index, offset)  # empties `index`
+        offset += count
+    assert (out / "index").read_bytes() == faiss.serialize_index(expected).tobytes()
+    written = faiss.read_index(str(out / "index"))
+    assert (written.ntotal, written.nprobe, written.nlist) == (documents, 5, nlist)
+    assert (out / "docid").read_text().split() == [f"d{i}" for i in range(documents)]
+    metadata = json.loads((out / METADATA_FILE).read_text())
+    assert (metadata["documents"], metadata["settings"]["nlist"], metadata["index_type"]) == (documents, nlist,
+                                                                                              "ivfpq")
+    # its codes: every vector found near the top of a search for itself
+    _, found = written.search(vectors[:20], 10)
+    assert np.mean([i in row for i, row in enumerate(found)]) >= 0.8
+
+
+def test_streamed_flat_and_hnsw_files(tmp_path, one_thread):
+    vectors = np.random.default_rng(1).standard_normal((500, 32)).astype(np.float32)
+    flat = AggretrieverIndexBuilder("m")
+    parts = write_parts(flat, vectors, [123, 300, 77], tmp_path / "flat")
+    out = flat.finalise(parts, tmp_path / "flat-index", tmp_path / "prepared", overwrite=False)
+    expected = faiss.IndexFlatIP(32)  # what Pyserini's FaissRepresentationWriter holds and writes
+    expected.add(vectors)
+    assert (out / "index").read_bytes() == faiss.serialize_index(expected).tobytes()
+
+    hnsw = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="hnsw", ef_search=77))
+    out = hnsw.finalise(write_parts(hnsw, vectors, [200, 300], tmp_path / "hnsw"), tmp_path / "hnsw-index",
+                        tmp_path / "prepared", overwrite=False)
+    graph = faiss.read_index(str(out / "index"))
+    assert (type(graph).__name__, graph.hnsw.efSearch, graph.ntotal) == ("IndexHNSWFlat", 77, 500)
+    _, exact = expected.search(vectors[:50], 10)
+    _, approximate = graph.search(vectors[:50], 10)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(exact, approximate)]) >= 0.9
+
+
+def test_settings_rules_and_bad_settings():
+    assert [default_nlist(n, 65536) for n in (30000, 100000, 300000, 1000000, 8800000)] == [512, 1024, 2048, 4096,
+                                                                                          4096]
+    assert default_nlist(300, 65536) == 16 and default_nlist(1000000, 1 << 20) == 4096
+    assert [default_nprobe(n) for n in (16, 512, 4096)] == [8, 32, 256]
+    with pytest.raises(OptionError, match="unknown index type 'ivf'"):
+        AggretrieverIndexSettings(index_type="ivf")
+    builder = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq", pq_m=7))
+    with pytest.raises(OptionError, match="pq_m 7 does not divide the dimension 48"):
+        builder.train(np.zeros((300, 48), np.float32), Path("unused"), 300)
+    builder = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq", pq_m=8))
+    with pytest.raises(OptionError, match="ivfpq needs at least 256 training documents"):
+        builder.train(np.zeros((100, 48), np.float32), Path("unused"), 100)
+
+
+# ---- the builder with a model --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def flat_one_piece(model, sample, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("flat") / "index"
+    return build(AggretrieverIndexBuilder(model, FLAT), sample[2], out, chunk_docs=1000, progress=False)
+
+
+@pytest.fixture(scope="module")
+def ivfpq_one_piece(model, sample, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ivfpq") / "index"
+    return build(AggretrieverIndexBuilder(model, IVFPQ), sample[2], out, chunk_docs=1000, progress=False)
+
+
+def test_chunked_build_is_the_one_piece_index(model, sample, flat_one_piece, tmp_path):
+    corpus = sample[2]
+    out = build(AggretrieverIndexBuilder(model, FLAT), iter(corpus), tmp_path / "chunked", chunk_docs=7,
+                progress=False)
+    assert (out / "docid").read_text() == (flat_one_piece / "docid").read_text() == "".join(f"{d}\n"
+                                                                                          for d, _ in corpus)
+    assert (out / "index").read_bytes() == (flat_one_piece / "index").read_bytes()
+    assert not work_folder(out).exists()
+    metadata = json.loads((out / METADATA_FILE).read_text())
+    assert (metadata["documents"], metadata["parts"], metadata["model"]) == (300, 43, model)
+    assert AggretrieverIndexSettings(**metadata["settings"]) == FLAT
+    # the vectors are the encoder's (what `pyserini.encode` writes, up to batch padding)
+    from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
+
+    expected = AggretrieverDocumentEncoder(model).encode([d["text"] for _, d in corpus[:20]],
+                                                         titles=[d["title"] for _, d in corpus[:20]], max_length=128)
+    assert np.abs(read_vectors(out)[:20] - expected).max() < 1e-5
+
+
+class FailingBuilder(AggretrieverIndexBuilder):
+    """Fails on its chunk 2 (the third), once, and counts the chunks it writes."""
+    written: list[str] = []
+    fail = True
+
+    def write_part(self, documents, part, prepared):
+        FailingBuilder.written.append(documents[0][0])
+        if FailingBuilder.fail and len(FailingBuilder.written) == 3:
+            raise RuntimeError("disk full")
+        return super().write_part(documents, part, prepared)
+
+
+def test_interrupted_ivfpq_build_leaves_nothing_that_opens_and_resumes(model, sample, ivfpq_one_piece, tmp_path):
+    from pyserini.search.faiss import FaissSearcher
+
+    corpus = sample[2]
+    out = tmp_path / "index"
+    with pytest.raises(RuntimeError, match="disk full"):
+        build(FailingBuilder(model, IVFPQ), iter(corpus), out, chunk_docs=70, progress=False)
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["index.building"]
+    assert not list(work_folder(out).rglob("index")) and not list(work_folder(out).rglob("docid"))
+    with pytest.raises(RuntimeError, match="could not open"):
+        FaissSearcher(str(work_folder(out)), object())  # what `pyserini.search.faiss --index` would do
+    FailingBuilder.fail, FailingBuilder.written = False, []
+    build(FailingBuilder(model, IVFPQ), iter(corpus), out, chunk_docs=70, progress=False)
+    assert FailingBuilder.written == [corpus[140][0], corpus[210][0], corpus[280][0]]  # chunks 0 and 1 were kept
+    assert (out / "index").read_bytes() == (ivfpq_one_piece / "index").read_bytes()
+    assert (out / "docid").read_text() == (ivfpq_one_piece / "docid").read_text()
+    assert not work_folder(out).exists()
+
+
+def test_ivfpq_index_opens_in_pyserini_search_faiss_and_finds_flat_hits(model, sample, flat_one_piece,
+                                                                         ivfpq_one_piece, tmp_path):
+    from pyserini.search.faiss import FaissSearcher
+
+    from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+
+    queries = sample[0]
+    index = faiss.read_index(str(ivfpq_one_piece / "index"))
+    assert (type(index).__name__, index.nlist, index.nprobe, index.pq.M) == ("IndexIVFPQ", 8, 8, 96)
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("".join(f"{q}\t{text}\n" for q, text in queries.items()))
+    run_module("pyserini.search.faiss", "--index", ivfpq_one_piece, "--topics", topics, "--encoder", model,
+               "--encoder-class", "aggretriever", "--device", "cpu", "--output", tmp_path / "run.txt", "--hits", 10)
+    compressed = read_trec_run(tmp_path / "run.txt")
+    exact = FaissSearcher(str(flat_one_piece), AggretrieverQueryEncoder(model))
+    overlap = [len({d for d, _ in compressed[q]} & {h.docid for h in exact.search(text, 10)}) / 10
+               for q, text in queries.items()]
+    assert set(compressed) == set(queries) and all(len(hits) == 10 for hits in compressed.values())
+    assert np.mean(overlap) >= 0.7, overlap
+
+
+def test_pyserini_encode_shards_merge_into_the_one_process_index(model, sample, tmp_path):
+    """`pyserini.encode` on 2 shards + `merge_faiss_indexes` = the one-process index (our builder, flat: what
+    `pyserini.encode` writes in one shard, the same bytes with the same batches); the merged index searched by the
+    unchanged `pyserini.search.faiss`."""
+    from pyserini_ext.cli.aggretriever import main as aggretriever_cli
+
+    corpus = sample[2][:41]  # shards of 20 and 21
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"_id": d, **doc}) + "\n" for d, doc in corpus))
+    shards = [subprocess.Popen(  # the two shards at once, as one would run them on two machines
+        [sys.executable, "-m", "pyserini.encode", "input", "--corpus", str(path), "--fields", "title", "text",
+         "--shard-id", str(shard), "--shard-num", "2", "output", "--embeddings", str(tmp_path / f"shard{shard}"),
+         "--to-faiss", "encoder", "--encoder", model, "--encoder-class", "aggretriever", "--fields", "title", "text",
+         "--max-length", "128", "--batch-size", "1", "--device", "cpu"], stderr=subprocess.PIPE) for shard in (0, 1)]
+    assert [shard.wait() for shard in shards] == [0, 0], [shard.stderr.read()[-2000:] for shard in shards]
+    run_module("pyserini.index.merge_faiss_indexes", "--prefix", tmp_path / "shard", "--shard-num", 2,
+               "--dimension", 768)
+    assert aggretriever_cli(["index", "--model", model, "--corpus", str(path), "--output", str(tmp_path / "one"),
+                             "--max-length", "128", "--batch-size", "1", "--chunk-docs", "16"]) == 0
+    merged, one = tmp_path / "shardfull", tmp_path / "one"
+    assert [len((tmp_path / f"shard{s}" / "docid").read_text().split()) for s in (0, 1)] == [20, 21]
+    assert (merged / "docid").read_text() == (one / "docid").read_text() == "".join(f"{d}\n" for d, _ in corpus)
+    assert (merged / "index").read_bytes() == (one / "index").read_bytes()
+
+    topics = tmp_path / "topics.tsv"
+    titles = {d: doc["title"] for d, doc in corpus[:8]}
+    topics.write_text("".join(f"q-{d}\t{title}\n" for d, title in titles.items()))
+    run_module("pyserini.search.faiss", "--index", merged, "--topics", topics, "--encoder", model,
+               "--encoder-class", "aggretriever", "--device", "cpu", "--output", tmp_path / "run.txt", "--hits", 5)
+    run = read_trec_run(tmp_path / "run.txt")
+    assert sum(run[f"q-{d}"][0][0] == d for d in titles) >= 6  # a passage's title finds the passage
