@@ -2,9 +2,9 @@
 
     python bench/bench_scale_ray.py --docs 600 --workers 2
 
-Each run is `encode_on_ray` end to end with the shipped Aggretriever (actor start and model load included: what a
-user waits for) into a Pyserini Faiss index; prints passages/s, the speed-up over one worker, and checks that the
-two indexes hold the same vectors.
+Each run is the streaming build (`build_on_ray`, AggretrieverIndexBuilder) end to end with the shipped
+Aggretriever (actor start and model load included: what a user waits for) into a Pyserini Faiss index; prints
+passages/s, the speed-up over one worker, and checks that the two indexes hold the same vectors.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import numpy as np
 import ray
 
 from pyserini_ext.data import load_dataset
-from pyserini_ext.index.scale import encode_on_ray
+from pyserini_ext.index.aggretriever import AggretrieverIndexBuilder, AggretrieverIndexSettings
+from pyserini_ext.index.streaming import build_on_ray
 from pyserini_ext.models.folder import resolve_model
 
 
@@ -44,8 +45,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for workers in (1, args.workers):
             start = time.time()
-            out = encode_on_ray("aggretriever", model, corpus, Path(tmp) / f"w{workers}", workers=workers,
-                                options={"max_length": args.max_length})
+            builder = AggretrieverIndexBuilder(str(model), AggretrieverIndexSettings(max_length=args.max_length))
+            out = build_on_ray(builder, iter(corpus.items()), Path(tmp) / f"w{workers}", workers=workers,
+                               chunk_docs=max(1, len(corpus) // (4 * workers)), total=len(corpus), progress=False)
             seconds = time.time() - start
             results[workers] = {"seconds": seconds, "passages_per_second": len(corpus) / seconds,
                                 "vectors": vectors(out)}

@@ -204,11 +204,6 @@ class IndexingOptions:
     def on_ray(self) -> bool:
         return self.workers > 1 or self.ray_address is not None
 
-    def ray_options(self, **writer) -> dict:
-        """encode_on_ray's options: the runtime, batch size and the index writer's settings."""
-        return {"device": self.device, "batch_size": self.batch_size,
-                "runtime": {"backend": self.backend, "precision": self.precision}, **writer}
-
     def runtime(self):
         from pyserini_ext.encode.runtime import EncoderRuntime
 
