@@ -30,6 +30,7 @@ from pyserini_ext.index.aligner import EncodedCorpus  # noqa: E402
 from pyserini_ext.index.aligner_build import AlignerIndexBuilder, AlignerIndexSettings  # noqa: E402
 
 RUN_LENGTH = 8  # tokens per recombined run
+EXACT_BLOCK = 8192  # documents decoded at a time by the exhaustive scoring
 BETA_D = 0.4  # the prebuilt indexes' fraction of tokens
 SETTINGS = AlignerIndexSettings(codec="residual-pq", candidates="centroid")
 
@@ -170,7 +171,11 @@ def search_step(args) -> None:
 
 
 def exact_step(args) -> None:
-    """Top-10 of every query by exact alignment scores over every document (blocks of documents)."""
+    """Top-10 of every query by exact alignment scores over every document: blocks of documents decoded once and
+    scored for every query by the searcher's own scoring (a view of the index on the block)."""
+    import copy
+    from types import SimpleNamespace
+
     from pyserini_ext.index.aligner import AlignerIndex
     from pyserini_ext.search.aligner import AlignerSearcher
 
@@ -178,12 +183,19 @@ def exact_step(args) -> None:
     index = AlignerIndex.open(args.index)
     searcher = AlignerSearcher(index, index.metadata["model"]["path"], check_model=False)
     best: dict[str, list[tuple[float, int]]] = {qid: [] for qid in queries}
-    for start in range(0, len(index), 20000):
-        block = np.arange(start, min(start + 20000, len(index)))
+    for start in range(0, len(index), EXACT_BLOCK):
+        stop = min(start + EXACT_BLOCK, len(index))
+        first, last = int(index.offsets[start]), int(index.offsets[stop])
+        view = copy.copy(index)
+        view.offsets = np.asarray(index.offsets[start:stop + 1]) - first
+        view.weights = np.asarray(index.weights[first:last])
+        view.candidates = SimpleNamespace(decoded=index.codec.decode(np.arange(first, last)))
+        searcher.index = view
+        block = np.arange(stop - start)
         for qid, (vectors, weights) in queries.items():
             scores = searcher.score_documents(vectors, weights, block)
             top = np.argpartition(-scores, min(10, len(scores) - 1))[:10]
-            best[qid] = sorted(best[qid] + [(float(scores[i]), int(block[i])) for i in top], reverse=True)[:10]
+            best[qid] = sorted(best[qid] + [(float(scores[i]), start + int(i)) for i in top], reverse=True)[:10]
     Path(args.run).write_text(json.dumps({qid: [(index.docids[d], s) for s, d in hits] for qid, hits in
                                           best.items()}))
     print(json.dumps({"queries": len(queries)}))
