@@ -6,6 +6,9 @@ Output = concat(cls_proj(e_cls), agg(v)), semantic part first, as in Pyserini's 
 `agg*` (default) slice-max-pools v into 2d columns and folds them into d signed values; `agg+` stops at d
 slice maxima; the no-MLM variant puts w_i at the input token id instead of spreading it over the vocabulary.
 See ../shared/design/reference-notes.md for the released code's exact rules, which the checkpoints follow.
+Two layouts of the semantic part: Pyserini's (a 128-dim projection of the [CLS] state, the released checkpoints),
+and the full-width one for a body trained with mean pooling (`dense_pooling="mean"`, `dense_normalize`,
+`cls_dim` = the body's width, `identity_semantic_head`): the body's own sentence vector, scaled.
 
 Memory and time: the reference computes v from a batch x length x vocab tensor (several copies of it, GBs per
 batch). When encoding, only the non-padding positions go through the MLM head, `position_chunk` rows at a time,
@@ -58,6 +61,10 @@ class AggretrieverConfig:
     cls_dim: int = 128
     pooling: str = "agg*"
     dense_pooling: str = "cls"
+    # L2-normalise the pooled state before `cls_proj`, as sentence-transformers runs all-MiniLM-L6-v2 (its scores are
+    # cosines): with an identity-initialised projection (`identity_semantic_head`) the semantic part is the body's
+    # own sentence vector, and the projection's scale alone sets its weight against the lexical part
+    dense_normalize: bool = False
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -270,6 +277,16 @@ class MaskedLMHead:
                                   "BERT-family (BertForMaskedLM) and DistilBertForMaskedLM")
         self._decoder_key, self._decoder_columns = None, None
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The head's own weights: the transform and the decoder's bias, not the decoder's weight (tied to the body's
+        word embeddings in BERT and DistilBERT)."""
+        if hasattr(self.mlm, "cls"):
+            modules = [self.mlm.cls.predictions.transform]
+        else:
+            modules = [self.mlm.vocab_transform, self.mlm.vocab_layer_norm]
+        own = [p for module in modules for p in module.parameters()]
+        return own + ([self.decode.bias] if self.decode.bias is not None else [])
+
     def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
@@ -323,9 +340,13 @@ class Aggretriever(nn.Module):
         if self.cls_proj is None:
             return hidden[:, 0, :0]
         if self.config.dense_pooling == "cls":
-            return self.cls_proj(hidden[:, 0])
-        mask = attention_mask[..., None].to(hidden.dtype)
-        return self.cls_proj((hidden * mask).sum(1) / mask.sum(1).clamp(min=1))
+            pooled = hidden[:, 0]
+        else:
+            mask = attention_mask[..., None].to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        if self.config.dense_normalize:
+            pooled = nn.functional.normalize(pooled, dim=-1)
+        return self.cls_proj(pooled)
 
     def lexical(self, input_ids: Tensor, attention_mask: Tensor, hidden: Tensor) -> Tensor:
         """v: [batch, vocab] max over positions 1..L-1 of softmax(logits) * w * mask.
@@ -363,7 +384,10 @@ class Aggretriever(nn.Module):
             return slice_max(self.lexical(input_ids, attention_mask, hidden), width)
         mask = attention_mask[:, 1:].bool()
         flat_weights = self.tok_proj(hidden[:, 1:][mask]).squeeze(-1)
-        if torch.is_grad_enabled() and hidden.requires_grad:  # training: the same values, a sparse backward
+        # training (the body's states or only the heads, a frozen body's case, need gradients): the same values,
+        # a sparse backward
+        if torch.is_grad_enabled() and (hidden.requires_grad or flat_weights.requires_grad
+                                        or any(p.requires_grad for p in self._mlm.head_parameters())):
             return weighted_softmax_slice_max(self._mlm.logits(hidden[:, 1:][mask]), flat_weights,
                                               mask.sum(1).tolist(), (~mask.all(dim=1)).tolist(), width)
         # Each [chunk, vocab] block of logits is written once by one matrix product (the bias is a row of the
@@ -500,6 +524,20 @@ def from_masked_lm(backbone: str | os.PathLike, config: AggretrieverConfig | Non
         nn.init.zeros_(model.cls_proj.weight)
         nn.init.zeros_(model.cls_proj.bias)
     return model.eval()
+
+
+def identity_semantic_head(model: Aggretriever, scale: float = 1.0) -> None:
+    """`cls_proj` = scale x identity, bias 0: the semantic part is the body's pooled state itself (normalised where
+    `dense_normalize`), at full width, times `scale`; its inner products are scale^2 x the body's own."""
+    hidden = model.tok_proj.in_features
+    if model.cls_proj is None or model.config.cls_dim != hidden:
+        raise ValueError(f"an identity semantic head needs cls_dim == the body's width {hidden}, "
+                         f"got {model.config.cls_dim}")
+    if not scale > 0:
+        raise ValueError(f"the semantic part's scale must be > 0, got {scale}")
+    with torch.no_grad():
+        model.cls_proj.weight.copy_(torch.eye(hidden) * scale)
+        model.cls_proj.bias.zero_()
 
 
 def tie_identity_head(encoder: nn.Module) -> None:

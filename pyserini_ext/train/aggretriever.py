@@ -33,6 +33,7 @@ from pyserini_ext.models.aggretriever import (
     Aggretriever,
     AggretrieverConfig,
     from_masked_lm,
+    identity_semantic_head,
     resolve_model_folder,
 )
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
@@ -133,12 +134,22 @@ class AggretrieverModelConfig:
     # with mean pooling (all-MiniLM-L6-v2), whose [CLS] state is a weak sentence vector; 0 skips the stage
     cls_alignment_epochs: int = 0
     store_dtype: str = "float32"  # "float16" halves the saved masked LM's weights (they load back as float32)
+    # train the heads only (`freeze_body`): the body, with the word embeddings its tied MLM decoder shares, is
+    # frozen and runs without dropout, so the semantic part stays the body's own pooled vector
+    freeze_body: bool = False
+    # a semantic part as wide as the body: `identity_semantic_head` at this scale, frozen (None: a learned
+    # projection). `saved_semantic_scale`: the scale written into the saved folder, the two parts' balance chosen on
+    # development queries after training (None: the training scale)
+    semantic_scale: float | None = None
+    saved_semantic_scale: float | None = None
 
     def __post_init__(self):
         if self.cls_alignment_epochs < 0:
             raise ValueError(f"cls_alignment_epochs must be >= 0, got {self.cls_alignment_epochs}")
         if self.heads not in HEAD_INITS:
             raise ValueError(f"heads must be one of {HEAD_INITS}, got {self.heads!r}")
+        if self.saved_semantic_scale is not None and self.semantic_scale is None:
+            raise ValueError("saved_semantic_scale rescales a frozen identity semantic head: set semantic_scale too")
         if min(self.query_max_length, self.passage_max_length) < 2:
             raise ValueError("query and passage max lengths must be >= 2 ([CLS] plus one token)")
 
@@ -177,6 +188,11 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
         raise ValueError(f"contrastive training needs batch_size >= 2, got {config.batch_size}")
     set_seed(config.seed)  # new heads are initialised at load time
     aggretriever, folder = load_trainable_model(model)
+    if model.semantic_scale is not None:
+        identity_semantic_head(aggretriever, model.semantic_scale)
+        aggretriever.cls_proj.requires_grad_(False)
+    if model.freeze_body:
+        freeze_body(aggretriever)
     tokenizer = AutoTokenizer.from_pretrained(folder)
 
     def encode(texts: list[str], max_length: int) -> Tensor:
@@ -206,12 +222,25 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
 
     losses = train(aggretriever, make_batches, loss_fn, config, steps, desc="train aggretriever",
                    checkpoint_dir=checkpoint_dir)
+    if model.saved_semantic_scale is not None:
+        identity_semantic_head(aggretriever, model.saved_semantic_scale)
     if out_dir is not None:
         aggretriever.save_pretrained(out_dir, tokenizer, encoder_dtype=getattr(torch, model.store_dtype))
         save_training_log(out_dir, config, losses, base_model=str(model.model), heads=model.heads,
                           query_max_length=model.query_max_length, passage_max_length=model.passage_max_length,
                           cls_alignment_epochs=model.cls_alignment_epochs, **log)
     return aggretriever, losses
+
+
+def freeze_body(model: Aggretriever) -> None:
+    """Only the heads train: the MLM head's transform and bias, `tok_proj` and `cls_proj` (unless frozen apart).
+    The body's dropout is switched off, so its states in training are those it encodes with."""
+    head = {id(p) for p in model._mlm.head_parameters()}
+    for parameter in model.encoder.parameters():
+        parameter.requires_grad_(id(parameter) in head)
+    for module in model.encoder.base_model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
 
 
 @dataclass

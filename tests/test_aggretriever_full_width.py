@@ -1,0 +1,75 @@
+"""The full-width layout: the semantic part is the body's own mean-pooled, L2-normalised state (all-MiniLM-L6-v2 as
+sentence-transformers runs it) times a scale, beside the lexical part; trained with the body frozen."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
+from pyserini_ext.models.aggretriever import (
+    Aggretriever,
+    AggretrieverConfig,
+    from_masked_lm,
+    identity_semantic_head,
+)
+from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
+from pyserini_ext.train.data import LabelledData
+from pyserini_ext.train.distill import MiniLMTeacher
+from pyserini_ext.train.loop import TrainConfig
+
+FULL_WIDTH = AggretrieverConfig(cls_dim=384, pooling="agg+", dense_pooling="mean", dense_normalize=True)
+TEXTS = ["Microglia are the resident immune cells of the brain.", "insulin resistance", "x " * 80]
+
+
+@pytest.fixture(scope="module")
+def full_width(minilm_dir, tmp_path_factory):
+    torch.manual_seed(0)
+    model = from_masked_lm(minilm_dir, FULL_WIDTH, constant_term_weight=1.0)
+    identity_semantic_head(model, 3.0)
+    return model.save_pretrained(tmp_path_factory.mktemp("full") / "m", AutoTokenizer.from_pretrained(minilm_dir))
+
+
+def test_semantic_part_is_the_teacher_vector_times_the_scale(full_width):
+    vectors = AggretrieverDocumentEncoder(str(full_width)).encode(TEXTS, max_length=64)
+    teacher = MiniLMTeacher().encode(TEXTS, 64)
+    assert vectors.shape == (3, 384 + 640)
+    np.testing.assert_allclose(vectors[:, :384], 3.0 * teacher, rtol=0, atol=2e-6)
+    query = AggretrieverQueryEncoder(str(full_width)).encode(TEXTS[1])
+    np.testing.assert_allclose(query[:384] @ vectors[:, :384].T, 9.0 * (teacher[1] @ teacher.T), rtol=0, atol=1e-5)
+    assert (vectors[:, 384:] > 0).any()
+
+
+def test_layout_round_trips_and_pyserini_layout_is_unchanged(full_width):
+    loaded = Aggretriever.from_pretrained(full_width)
+    assert (loaded.config.cls_dim, loaded.config.dense_pooling, loaded.config.dense_normalize, loaded.dim) == (
+        384, "mean", True, 1024)
+    torch.testing.assert_close(loaded.cls_proj.weight, 3.0 * torch.eye(384))
+    assert AggretrieverConfig().dense_normalize is False  # Pyserini's layout: [CLS], 128, no normalisation
+
+
+def test_identity_head_needs_the_body_width(minilm_dir):
+    model = from_masked_lm(minilm_dir, AggretrieverConfig(cls_dim=128, dense_pooling="mean"))
+    with pytest.raises(ValueError, match="cls_dim == the body's width 384"):
+        identity_semantic_head(model)
+    with pytest.raises(ValueError, match="saved_semantic_scale"):
+        AggretrieverModelConfig("all-minilm-l6-v2", saved_semantic_scale=2.0)
+
+
+def test_frozen_body_training_moves_only_the_lexical_heads(minilm_dir, scifact, tmp_path):
+    spec = AggretrieverModelConfig("all-minilm-l6-v2", architecture=FULL_WIDTH, heads="lexical", freeze_body=True,
+                                   semantic_scale=3.0, saved_semantic_scale=2.0, passage_max_length=32)
+    torch.manual_seed(0)
+    start = from_masked_lm(minilm_dir, FULL_WIDTH, constant_term_weight=1.0)
+    model, losses = train_aggretriever(spec, LabelledData.from_dataset(scifact, negatives="none"),
+                                       TrainConfig(learning_rate=1e-3, batch_size=2, max_steps=3), tmp_path / "m")
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    before, after = start.state_dict(), model.state_dict()
+    body = [k for k in after if k.startswith("encoder.bert.")]
+    assert body and all(torch.equal(before[k], after[k]) for k in body)
+    transform = "encoder.cls.predictions.transform.dense.weight"
+    assert not torch.equal(before[transform], after[transform])
+    assert not torch.equal(before["tok_proj.weight"], after["tok_proj.weight"])
+    saved = AggretrieverDocumentEncoder(str(tmp_path / "m")).encode(TEXTS, max_length=64)
+    np.testing.assert_allclose(saved[:, :384], 2.0 * MiniLMTeacher().encode(TEXTS, 64), rtol=0, atol=2e-6)
