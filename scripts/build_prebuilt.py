@@ -19,18 +19,21 @@ given, else none: serve the tarballs and point `$PYSERINI_EXT_MIRROR` at them (a
 
     python scripts/build_prebuilt.py [--datasets scifact] [--records deepct-tiny aligner] [--url-base URL]
 
-The AligneR encodings are kept in `--work` (`aligner index --encoded`), so a rebuild only re-indexes.
+Every index is built as a step of the report's cached runner (pyserini_ext.repro.runner): its work folder name
+carries the model's fingerprint, an existing one is reused, a failed build leaves none, and each command is logged
+to `<work>/commands.log`. The AligneR encodings are kept in `--work` (`aligner index --encoded`), so a rebuild
+with another codec only re-indexes.
 """
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from pyserini_ext.data import load_dataset, write_json_collection
 from pyserini_ext.index.prebuilt import default_catalogue, pack_index
+from pyserini_ext.models.folder import resolve_model
+from pyserini_ext.repro.runner import StepRunner, model_tag
 
 PREFIXES = {"scifact": "beir-v1.0.0-scifact", "msmarco-dl19-subset": "msmarco-dl19-subset"}
 PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebuilt BM25 index of the passages
@@ -45,32 +48,28 @@ COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates
                       "--pq-bits", "6"]
 
 
-def run(command: list[str]) -> None:
-    print("$", " ".join(command), flush=True)
-    subprocess.run(command, check=True)
-
-
-def build(kind: str, model: str | None, collection: Path, out: Path, threads: int) -> Path:
-    """One index of the passages in the JsonCollection `collection` (title, text fields)."""
+def build(runner: StepRunner, dataset: str, kind: str, model: str | None, collection: Path, out: Path,
+          threads: int) -> Path:
+    """One index of the passages in the JsonCollection `collection` (title, text fields), as a cached step."""
     py = sys.executable
     if kind == "deepct":
-        run([py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", model, "--corpus",
-             str(collection / "docs.jsonl"), "--output", str(out), "--overwrite"])
+        command = [py, "-m", "pyserini_ext.cli", "deepct", "index", "--model", model, "--corpus",
+                   collection / "docs.jsonl", "--output", out]
     elif kind == "aggretriever":
-        run([py, "-m", "pyserini.encode", "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title",
-             "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder", model,
-             "--encoder-class", "aggretriever-onnx", "--fields", "title", "text", "--dimension", "768",
-             "--max-length", "256", "--device", "cpu"])
+        command = [py, "-m", "pyserini.encode", "input", "--corpus", collection / "docs.jsonl", "--fields", "title",
+                   "text", "output", "--embeddings", out, "--to-faiss", "encoder", "--encoder", model,
+                   "--encoder-class", "aggretriever-onnx", "--fields", "title", "text", "--dimension", "768",
+                   "--max-length", "256", "--device", "cpu"]
     elif kind.startswith("aligner"):
-        encoded = collection.parent / f"{Path(model).name}.encoded.npz"
-        run([py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--corpus", str(collection),
-             "--output", str(out), "--threads", str(threads), "--encoded", str(encoded), "--overwrite",
-             *(COMPRESSED_ALIGNER if kind == "aligner-compressed" else [])])
+        encoded = collection.parent / f"{model_tag(Path(resolve_model(model)))}.encoded.npz"
+        command = [py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--corpus", collection,
+                   "--output", out, "--threads", str(threads), "--encoded", encoded,
+                   *(COMPRESSED_ALIGNER if kind == "aligner-compressed" else [])]
     else:  # flat: BM25 over the passages
-        run([py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", str(collection),
-             "--index", str(out), "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
-             "--storePositions", "--storeDocvectors", "--storeRaw"])
-    return out
+        command = [py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", collection,
+                   "--index", out, "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
+                   "--storePositions", "--storeDocvectors", "--storeRaw"]
+    return runner.step(dataset, f"{out.name} ({kind})", command, out)
 
 
 def main() -> int:
@@ -85,8 +84,10 @@ def main() -> int:
     parser.add_argument("--max-docs", type=int, help="first N passages only (a quick check of this script)")
     args = parser.parse_args()
 
+    runner = StepRunner(args.work, args.threads)
     for dataset in args.datasets:
-        prefix, work = PREFIXES[dataset], args.work / dataset
+        # a --max-docs corpus has folders of its own: its indexes are never packed as the whole dataset's
+        prefix, work = PREFIXES[dataset], args.work / (f"{dataset}.first{args.max_docs}" if args.max_docs else dataset)
         collection = work / "collection"
         corpus = load_dataset(dataset).corpus
         if args.max_docs:
@@ -99,10 +100,8 @@ def main() -> int:
             jobs.insert(0, ("flat", None, texts))
         for kind, model, name in jobs:
             suffix = name.removeprefix(f"{prefix}.")
-            index = work / name
-            if index.exists():
-                shutil.rmtree(index)
-            build(kind, model, collection, index, args.threads)
+            tag = f".{model_tag(Path(resolve_model(model)))}" if model else ""  # a retrained model: a new index
+            index = build(runner, dataset, kind, model, collection, work / f"{name}{tag}", args.threads)
             filename = f"{name}.tar.gz"
             description = f"{dataset}: {DESCRIPTIONS.get(suffix, f'{kind} index, shipped model')}"
             record = pack_index(index, name, args.output, [f"{args.url_base.rstrip('/')}/{filename}"]

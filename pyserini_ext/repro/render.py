@@ -281,7 +281,7 @@ def write_report(path: Path, repro: Reproduction, figures: Mapping, plots: Mappi
             ("step", "s"), [(k, f"{v:.0f}") for k, v in runner.timings.items()]))
     out.append("## Commands\n\nEvery command as run (`python` = the project's venv interpreter; paths relative to "
                "the repository, `$SITE_PACKAGES` = the environment's site-packages, `$PYSERINI_EXT_DATA` = the "
-               "datasets folder), per corpus:\n")
+               "datasets folder, `$WORK` = a work folder outside the repository), per corpus:\n")
     for group, commands in runner.commands.items():
         unique = list(dict.fromkeys(commands))
         out.append(f"### {group}\n\n```bash\n" + "\n".join(unique) + "\n```\n")
