@@ -103,7 +103,7 @@ def test_max_length_above_the_models_limit_is_capped_with_a_warning(tmp_path, ca
     with caplog.at_level(logging.WARNING):
         assert cli(["deepct", "index", "--model", DEEPCT_MODEL, "--corpus", str(corpus), "--output",
                     str(tmp_path / "index"), "--max-length", "100000"]) == 0
-    assert "--max-length 100000 exceeds the model's limit of 512 positions; using 512" in caplog.text
+    assert "100000 exceeds the model's limit of 512 positions; using 512" in caplog.text
     metadata = json.loads((tmp_path / "index" / "deepct_index.json").read_text())
     assert metadata["max_length"] == 512 and metadata["documents"] == 3
 
