@@ -256,3 +256,17 @@ def test_pyserini_encode_shards_merge_into_the_one_process_index(model, sample, 
                "--encoder-class", "aggretriever", "--device", "cpu", "--output", tmp_path / "run.txt", "--hits", 5)
     run = read_trec_run(tmp_path / "run.txt")
     assert sum(run[f"q-{d}"][0][0] == d for d in titles) >= 6  # a passage's title finds the passage
+
+
+def test_cli_refuses_ivfpq_on_too_small_a_corpus_before_encoding(model, sample, tmp_path, capsys, monkeypatch):
+    from pyserini_ext.cli.__main__ import main as cli
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"_id": d, **doc}) + "\n" for d, doc in sample[2][:20]))
+    monkeypatch.setattr(AggretrieverIndexBuilder, "encode", lambda *args: pytest.fail("encoded before the check"))
+    assert cli(["aggretriever", "index", "--model", model, "--corpus", str(path), "--output", str(tmp_path / "i"),
+                "--index-type", "ivfpq"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error == ("pyserini-ext: error: ivfpq needs at least 256 training documents (256 PQ centroids), the "
+                     "corpus gives 20; use --index-type flat, or smaller --nlist")
+    assert not (tmp_path / "i").exists()

@@ -143,6 +143,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
     # ---- the streaming steps --------------------------------------------------------------------------------
     def prepare(self, sample: list[Document], prepared: Path, total_documents: int | None) -> None:
         """ivfpq: encode the sample (kept for the parts) and train the empty index on it."""
+        self._check_sample(len(sample))  # before the encoding work
         vectors = self.encode(sample)
         np.save(prepared / SAMPLE_VECTORS, vectors)
         (prepared / SAMPLE_DOCIDS).write_text("".join(f"{d}\n" for d, _ in sample), encoding="utf-8")
@@ -158,10 +159,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
         dimension = vectors.shape[1]
         if dimension % settings.pq_m:
             raise OptionError(f"pq_m {settings.pq_m} does not divide the dimension {dimension}")
-        if len(vectors) < max(settings.nlist, 2 ** settings.pq_bits):
-            raise OptionError(f"ivfpq needs at least {max(settings.nlist, 2 ** settings.pq_bits)} training documents "
-                              f"(nlist {settings.nlist}, {2 ** settings.pq_bits} PQ centroids), the corpus gives "
-                              f"{len(vectors)}; use --index-type flat, or smaller --nlist")
+        self._check_sample(len(vectors), settings.nlist)
         quantizer = faiss.IndexFlatIP(dimension)
         index = faiss.IndexIVFPQ(quantizer, dimension, settings.nlist, settings.pq_m, settings.pq_bits,
                                  faiss.METRIC_INNER_PRODUCT)
@@ -169,6 +167,14 @@ class AggretrieverIndexBuilder(IndexBuilder):
         index.nprobe = settings.nprobe
         faiss.write_index(index, str(prepared / TRAINED_FILE))
         (prepared / "resolved.json").write_text(json.dumps(asdict(settings)))
+
+    def _check_sample(self, documents: int, nlist: int | None = None) -> None:
+        nlist = nlist or self.settings.nlist
+        needed = max(nlist, 2 ** self.settings.pq_bits)
+        if documents < needed:
+            lists = f"{nlist} lists, " if nlist else ""
+            raise OptionError(f"ivfpq needs at least {needed} training documents ({lists}{2 ** self.settings.pq_bits} "
+                              f"PQ centroids), the corpus gives {documents}; use --index-type flat, or smaller --nlist")
 
     def resolved(self, documents: int, train_docs: int | None = None) -> AggretrieverIndexSettings:
         """The settings with nlist and nprobe chosen for a corpus of `documents` (where they are 0)."""
