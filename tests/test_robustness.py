@@ -308,9 +308,10 @@ def test_queries_beyond_the_clause_limit_are_cut_not_fatal(tmp_path, capsys, cap
         code, err = run_cli(["lucene", "search", "--index", str(deepct_index), "--topics", str(topics), "--output",
                              str(run), "--qljm", "--hits", "3"], capsys)
     assert code == 0, err
-    assert "searching with its first 1024 of 5001 words" in caplog.text
+    assert "dropped 5000 absent from the index" in caplog.text
     lines = [line.split() for line in run.read_text().splitlines()]
-    assert [(q, d) for q, _, d, *_ in lines] == [("short", "d1")]  # "insulin" lies beyond the long query's cut
+    # the one indexed word of the long query comes last and is still searched
+    assert ("long", "d1") in [(q, d) for q, _, d, *_ in lines] and ("short", "d1") in [(q, d) for q, _, d, *_ in lines]
     code, err = run_cli(["lucene", "search", "--index", str(deepct_index), "--topics", str(topics), "--output",
                          str(tmp_path / "run0.txt"), "--hits", "0"], capsys)
     assert_one_line_error(code, err, "argument --hits: must be >= 1, got 0")
