@@ -179,11 +179,11 @@ def merge_indexes(parts: list[str | os.PathLike], output: str | os.PathLike, max
     NIOFSDirectory, never memory-mapped, and merges run one at a time over at most `merge_factor` segments, so the
     memory this needs does not grow with the index.
     """
-    from jnius import cast
-
     if not parts:
         raise ValueError("merge_indexes needs at least one part")
-    path_of = autoclass("java.io.File")
+    path_of = autoclass("java.io.File")  # starts the JVM with Anserini's classpath, which importing jnius would not
+    from jnius import cast
+
     nio = autoclass("org.apache.lucene.store.NIOFSDirectory")
     policy = autoclass("org.apache.lucene.index.LogDocMergePolicy")()
     policy.setMergeFactor(max(2, int(merge_factor)))
@@ -208,3 +208,27 @@ def merge_indexes(parts: list[str | os.PathLike], output: str | os.PathLike, max
         for source in sources:
             source.close()
         directory.close()
+
+
+def merge_indexes_apart(parts: list[str | os.PathLike], output: str | os.PathLike,
+                        max_segments: int | None = 1) -> None:
+    """`merge_indexes` in a Python process of its own, whose JVM no other library's signal handlers reach.
+
+    For a process that runs Ray: ray.init installs handlers for SIGSEGV and its kin (Abseil's failure handler,
+    Python's faulthandler) over those of a JVM started before it, and the JVM uses SIGSEGV in normal operation
+    (implicit null checks, safepoints), so its first such signal then ends the process.
+    """
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "java_bridge.lucene", str(output), str(max_segments or 0), *map(str, parts)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"merging {len(parts)} Lucene indexes into {output} failed (exit code {done.returncode}): "
+                           f"{done.stderr.strip()[-2000:]}")
+
+
+if __name__ == "__main__":  # merge_indexes_apart's child: OUTPUT MAX_SEGMENTS (0: no forceMerge) PART...
+    import sys
+
+    merge_indexes(sys.argv[3:], sys.argv[1], int(sys.argv[2]) or None)

@@ -23,7 +23,8 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def cluster():
-    import pyserini.index.lucene  # noqa: F401  the JVM starts before Ray's threads: started after them, it crashes
+    # Ray before the JVM (in this process, where this module runs alone): ray.init installs SIGSEGV handlers over
+    # a running JVM's, and the JVM's next internal SIGSEGV (JIT null checks, safepoints) then ends the process
     from ray.cluster_utils import Cluster
 
     local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})

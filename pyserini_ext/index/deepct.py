@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -154,9 +155,15 @@ class DeepCTIndexBuilder(IndexBuilder):
         self.rule = rule.with_overrides(settings.scale, settings.mode, settings.merge)
         self.max_length = max_length
         self.model_name = model_name or (str(model) if self._loaded is None else self.model)  # as given, unresolved
-        # Lucene's analyzer starts the JVM: here, before Ray (build_on_ray) starts its threads, after which a JVM
-        # start crashes the process
-        self.words = WordAnalyzer(settings.analyzer)
+        self._words: WordAnalyzer | None = None
+
+    @property
+    def words(self) -> WordAnalyzer:
+        """The Lucene analysis of words, made (and the JVM started) on first use: never in a Ray driver, which only
+        finalises (see `finalise`)."""
+        if self._words is None:
+            self._words = WordAnalyzer(self.settings.analyzer)
+        return self._words
 
     def weigh(self, texts: list[str]) -> list[list[tuple[str, float]]]:
         """(word, weight) per word of each text, in order: the model's (the model loads on the first call)."""
@@ -189,7 +196,12 @@ class DeepCTIndexBuilder(IndexBuilder):
         return counts
 
     def finalise(self, parts: list[Path], output: Path, prepared: Path, overwrite: bool) -> Path:
-        from java_bridge.lucene import merge_indexes
+        """Lucene merges the parts; where this process runs Ray (a driver of build_on_ray), in a process of its
+        own, out of reach of the signal handlers ray.init installs over the JVM's (lucene.merge_indexes_apart)."""
+        from java_bridge.lucene import merge_indexes, merge_indexes_apart
+
+        ray = sys.modules.get("ray")
+        merge = merge_indexes_apart if ray is not None and ray.is_initialized() else merge_indexes
 
         report = IndexReport()
         for part in parts:
@@ -199,7 +211,7 @@ class DeepCTIndexBuilder(IndexBuilder):
             report.total_tf += info["total_tf"]
             report.seconds += info["seconds"]
         with atomic_output(output, overwrite, owned=self.owns) as tmp_dir:
-            merge_indexes([part / LUCENE_PART for part in parts], tmp_dir, max_segments=1)
+            merge([part / LUCENE_PART for part in parts], tmp_dir, max_segments=1)
             _warn_empty(report)
             info = {"index": "deepct", "model": self.model_name, **asdict(self.rule), "max_length": self.max_length,
                     "analyzer": asdict(self.settings.analyzer), "settings": asdict(self.settings),
