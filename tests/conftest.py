@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import faiss
+import numpy as np
 import pytest
 import torch
 
@@ -65,3 +66,16 @@ def bfloat16_kernels(monkeypatch):
     from pyserini_ext import hardware
 
     monkeypatch.setattr(hardware, "native_bfloat16", lambda device: True)
+
+
+def random_encoding(seed: int, documents: int = 300, shortest: int = 5, dim: int = 32):
+    """An AligneR EncodedCorpus of `documents` documents of shortest..39 random unit token vectors and salience."""
+    from pyserini_ext.index.aligner import EncodedCorpus
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(shortest, 40, size=documents)
+    vectors = rng.normal(size=(lengths.sum(), dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return EncodedCorpus([f"d{i}" for i in range(len(lengths))], np.concatenate([[0], np.cumsum(lengths)]),
+                         vectors.astype(np.float16), rng.normal(size=lengths.sum()).astype(np.float32),
+                         {"path": "", "fingerprint": "x", "dim": dim})

@@ -4,21 +4,16 @@ from __future__ import annotations
 import faiss
 import numpy as np
 import pytest
+from conftest import random_encoding
 
 from pyserini_ext.index import aligner_codecs
-from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index
+from pyserini_ext.index.aligner import AlignerIndex, build_index
 from pyserini_ext.index.aligner_codecs import CANDIDATES, CODECS, CentroidCandidates, ResidualPQStore
 
 
 @pytest.fixture(scope="module")
 def encoded():
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(5, 40, size=300)
-    vectors = rng.normal(size=(lengths.sum(), 32)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return EncodedCorpus([f"d{i}" for i in range(len(lengths))], np.concatenate([[0], np.cumsum(lengths)]),
-                         vectors.astype(np.float16), rng.normal(size=lengths.sum()).astype(np.float32),
-                         {"fingerprint": "x", "dim": 32})
+    return random_encoding(0, shortest=5)
 
 
 def test_registries_name_every_object():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import random_encoding
 
 from pyserini_ext.index import aligner_build
-from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, EncodedCorpus, build_index, default_nlist
+from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, build_index, default_nlist
 from pyserini_ext.index.aligner_build import (
     AlignerIndexSettings,
     EncodedCorpusBuilder,
@@ -25,14 +26,7 @@ ARRAYS = ("offsets.npy", "weights.npy", "codes.npy", "centroid_docs.npy", "centr
 
 @pytest.fixture(scope="module")
 def encoded():
-    """300 documents of 3-40 unit token vectors (32 dims) with salience scores."""
-    rng = np.random.default_rng(3)
-    lengths = rng.integers(3, 40, size=300)
-    vectors = rng.normal(size=(lengths.sum(), 32)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return EncodedCorpus([f"d{i}" for i in range(len(lengths))], np.concatenate([[0], np.cumsum(lengths)]),
-                         vectors.astype(np.float16), rng.normal(size=lengths.sum()).astype(np.float32),
-                         {"path": "", "fingerprint": "x", "dim": 32})
+    return random_encoding(3, shortest=3)
 
 
 def same_index(a, b) -> None:
