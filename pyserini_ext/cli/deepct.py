@@ -81,6 +81,8 @@ def index(options: DeepCTIndexOptions) -> None:
                                  model_name=str(options.model))
     documents, total = options.documents()
     where = dict(chunk_docs=options.chunk_docs, total=total, overwrite=options.overwrite, resume=not options.restart)
+    if not options.on_ray():
+        builder.start_jvm()  # before the handlers below: no JVM ever runs in a Ray driver (DeepCTIndexBuilder)
     with interrupts_as_exceptions():  # Ctrl-C / SIGTERM while the JVM runs: a clean stop, the parts kept to resume
         if options.on_ray():
             build_on_ray(builder, documents, options.output, options.workers, options.ray_address, **where)

@@ -161,6 +161,11 @@ class DeepCTIndexBuilder(IndexBuilder):
     def words(self) -> WordAnalyzer:
         """The Lucene analysis of words, made (and the JVM started) on first use: never in a Ray driver, which only
         finalises (see `finalise`)."""
+        return self._words or self.start_jvm()
+
+    def start_jvm(self) -> WordAnalyzer:
+        """Start the JVM now (the word analyzer), for a build in this process: before `interrupts_as_exceptions`
+        takes Ctrl-C and SIGTERM over from it (started later, the JVM's own handlers end the process at once)."""
         if self._words is None:
             self._words = WordAnalyzer(self.settings.analyzer)
         return self._words
@@ -263,7 +268,8 @@ def build_deepct_index(model, corpus: Mapping[str, Mapping[str, str]] | Iterable
     builder = DeepCTIndexBuilder(model, settings, model_name=model_name)
     if isinstance(corpus, Mapping):
         total, corpus = len(corpus), corpus.items()
-    with interrupts_as_exceptions():  # the JVM's own handlers would end the process at once
+    builder.start_jvm()
+    with interrupts_as_exceptions():
         build(builder, corpus, out_dir, chunk_docs=chunk_docs, total=total, overwrite=overwrite)
     return index_report(out_dir)
 
