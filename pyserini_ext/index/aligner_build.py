@@ -276,15 +276,15 @@ def write_encoded_part(encoded: EncodedCorpus, part: Path, prepared: Path) -> di
 # ---- finalise ---------------------------------------------------------------------------------------------
 def concatenate_npy(sources: list[Path], target: Path) -> int:
     """Write the row-wise concatenation of .npy files, one source in memory at a time; returns the rows."""
-    arrays = [np.load(s, mmap_mode="r") for s in sources]
-    rows = sum(a.shape[0] for a in arrays)
-    header = {"descr": npy_format.dtype_to_descr(arrays[0].dtype), "fortran_order": False,
-              "shape": (rows, *arrays[0].shape[1:])}
+    shapes = [np.load(s, mmap_mode="r") for s in sources]  # headers only: no page of the data is touched
+    rows = sum(a.shape[0] for a in shapes)
+    header = {"descr": npy_format.dtype_to_descr(shapes[0].dtype), "fortran_order": False,
+              "shape": (rows, *shapes[0].shape[1:])}
+    del shapes
     with open(target, "wb") as f:
         npy_format.write_array_header_2_0(f, header)
-        for array in arrays:
-            for start in range(0, array.shape[0], 1 << 20):
-                f.write(np.ascontiguousarray(array[start:start + (1 << 20)]).tobytes())
+        for source in sources:  # read, not memory-mapped: mapped pages would stay in this process's RSS
+            f.write(np.ascontiguousarray(np.load(source)).tobytes())
     return rows
 
 
