@@ -98,7 +98,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
         self.sample_docs = self.settings.train_docs if self.settings.index_type == "ivfpq" else 0
         self._encoder = None
         self._trained = None  # (prepared folder, trained empty index)
-        self._sample = None  # (prepared folder, {docid: row}, sample vectors memory-mapped)
+        self._sample = None  # (prepared folder, {docid: row of the sample's vectors})
 
     # ---- encoding -------------------------------------------------------------------------------------------
     def encode(self, documents: list[Document]) -> np.ndarray:
@@ -119,25 +119,25 @@ class AggretrieverIndexBuilder(IndexBuilder):
     def vectors(self, documents: list[Document], prepared: Path) -> np.ndarray:
         """The chunk's vectors; those of the training sample come from `prepare`'s encoding, not encoded again."""
         rows = self._sample_rows(prepared)
-        found = [rows.get(docid, -1) for docid, _ in documents]
-        if min(found, default=-1) < 0:
-            if max(found, default=-1) < 0:
-                return self.encode(documents)
-            missing = [i for i, row in enumerate(found) if row < 0]
-            vectors = np.empty((len(documents), self._sample[2].shape[1]), dtype=np.float32)
+        found = np.array([rows.get(docid, -1) for docid, _ in documents], dtype=np.int64)
+        if (found < 0).all():
+            return self.encode(documents)
+        sample = np.load(prepared / SAMPLE_VECTORS, mmap_mode="r")  # mapped for this chunk only: its pages count
+        vectors = np.empty((len(documents), sample.shape[1]), dtype=np.float32)  # in the RSS while mapped
+        kept = np.flatnonzero(found >= 0)
+        vectors[kept] = sample[found[kept]]
+        del sample
+        missing = np.flatnonzero(found < 0)
+        if len(missing):
             vectors[missing] = self.encode([documents[i] for i in missing])
-            kept = [i for i, row in enumerate(found) if row >= 0]
-            vectors[kept] = self._sample[2][[found[i] for i in kept]]
-            return vectors
-        return np.array(self._sample[2][found], dtype=np.float32)
+        return vectors
 
     def _sample_rows(self, prepared: Path) -> dict[str, int]:
         if not (prepared / SAMPLE_DOCIDS).is_file():
             return {}
         if self._sample is None or self._sample[0] != prepared:
             docids = (prepared / SAMPLE_DOCIDS).read_text(encoding="utf-8").splitlines()
-            self._sample = (prepared, {d: i for i, d in enumerate(docids)},
-                            np.load(prepared / SAMPLE_VECTORS, mmap_mode="r"))
+            self._sample = (prepared, {d: i for i, d in enumerate(docids)})
         return self._sample[1]
 
     # ---- the streaming steps --------------------------------------------------------------------------------
@@ -262,21 +262,22 @@ def write_flat_index(vector_files: list[Path], path: Path, dimension: int) -> No
     memory at a time: header, the float count, the floats."""
     import faiss
 
-    arrays = [np.load(f, mmap_mode="r") for f in vector_files]  # headers only; data read one file at a time
-    documents = sum(len(a) for a in arrays)
+    shapes = [np.load(f, mmap_mode="r").shape for f in vector_files]  # the headers only
+    for shape in shapes:
+        if len(shape) != 2 or shape[1] != dimension:
+            raise IndexFolderError(f"a part holds vectors of shape {shape}, expected [n, {dimension}]")
+    documents = sum(shape[0] for shape in shapes)
     empty = faiss.IndexFlatIP(dimension)
-    header = faiss.serialize_index(empty).tobytes()
-    if header[-8:] != bytes(8):
+    if faiss.serialize_index(empty).tobytes()[-8:] != bytes(8):
         raise RuntimeError("this Faiss version writes IndexFlat differently; cannot stream the flat index")
     with open(path, "wb") as f:
         f.write(_header(empty, documents, 8))
         f.write(struct.pack("<Q", documents * dimension))
-        for array in arrays:
-            if array.ndim != 2 or array.shape[1] != dimension:
-                raise IndexFolderError(f"a part holds vectors of shape {array.shape}, expected [n, {dimension}]")
-            for start in range(0, len(array), 65536):
-                f.write(np.ascontiguousarray(array[start:start + 65536], dtype="<f4").tobytes())
-    del arrays
+        for file in vector_files:  # one part mapped at a time (mapped pages count in the RSS until unmapped)
+            array = np.load(file, mmap_mode="r")
+            for start in range(0, len(array), 8192):
+                f.write(np.ascontiguousarray(array[start:start + 8192], dtype="<f4").tobytes())
+            del array
 
 
 def write_ivf_index(trained, part_files: list[Path], counts: list[int], path: Path) -> None:
