@@ -23,8 +23,10 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Ray before the JVM (in this process, where this module runs alone): ray.init installs SIGSEGV handlers over
-    # a running JVM's, and the JVM's next internal SIGSEGV (JIT null checks, safepoints) then ends the process
+    # The JVM starts before ray.init: a JVM started after it can crash the process at start (seen). ray.init then
+    # puts its SIGSEGV handlers over the JVM's, so no long JVM work (JIT-compiled: it raises SIGSEGV internally)
+    # may run in this process afterwards: the DeepCT builder merges its parts in a process of its own here
+    import pyserini.index.lucene  # noqa: F401
     from ray.cluster_utils import Cluster
 
     local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
