@@ -32,7 +32,7 @@ COLUMNS = ("model", "variant", "N", "source", "codec", "candidates", "nlist", "i
 def table(rows: list[dict]) -> str:
     columns = [c for c in COLUMNS if any(c in r for r in rows)]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join("" if r.get(c) is None else str(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -43,7 +43,8 @@ def slope_at(rows: list[dict], key: str, n: int, power: bool = False) -> float |
         return None
     (n1, y1), (n2, y2) = points[-2], points[-1]
     if power:
-        exponent = math.log(y2 / y1) / math.log(n2 / n1)
+        # no slower than flat: a timing that fell between two sizes is noise of a shared machine
+        exponent = max(0.0, math.log(y2 / y1) / math.log(n2 / n1))
         return y2 * (n / n2) ** exponent
     return y2 + (y2 - y1) / (n2 - n1) * (n - n2)
 
@@ -98,7 +99,7 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
-    for name in args.models.split(","):
+    for name in filter(None, args.models.split(",")):  # --models "": render the cached rows only
         found = importlib.import_module(MODELS[name]).rows(sizes, work)
         (work / f"rows-{name}.json").write_text(json.dumps(found, indent=1))
     rows = [r for name in MODELS if (work / f"rows-{name}.json").is_file()

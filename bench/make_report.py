@@ -52,6 +52,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the figures)")
     parser.add_argument("--corpus-encodings", type=Path, help="make report's work folder: whole-corpus AligneR runs")
+    parser.add_argument("--scale-sizes", default="30000,100000,300000,1000000",
+                        help="corpus sizes of bench_scale.py (docs/scale-results.md; hours at 1M on 2 cores)")
     args = parser.parse_args()
     passages, docs = ("64", "200") if args.quick else ("1000", "800")
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,6 +82,9 @@ def main() -> None:
         startup = subprocess.run([sys.executable, str(HERE / "bench_startup.py"), "--runs", "3" if args.quick else "5"],
                                  check=True, capture_output=True, text=True, cwd=HERE).stdout
         print(startup)
+        # its own generated page: docs/scale-results.md + docs/scale.png
+        subprocess.run([sys.executable, str(HERE / "bench_scale.py"), "--sizes",
+                        "30000" if args.quick else args.scale_sizes], check=True, cwd=HERE)
     import matplotlib
 
     matplotlib.use("Agg")
