@@ -73,3 +73,18 @@ def test_frozen_body_training_moves_only_the_lexical_heads(minilm_dir, scifact, 
     assert not torch.equal(before["tok_proj.weight"], after["tok_proj.weight"])
     saved = AggretrieverDocumentEncoder(str(tmp_path / "m")).encode(TEXTS, max_length=64)
     np.testing.assert_allclose(saved[:, :384], 2.0 * MiniLMTeacher().encode(TEXTS, 64), rtol=0, atol=2e-6)
+
+
+def test_untied_decoder_learns_and_round_trips(minilm_dir, scifact, tmp_path):
+    spec = AggretrieverModelConfig("all-minilm-l6-v2", architecture=FULL_WIDTH, heads="lexical", freeze_body=True,
+                                   semantic_scale=3.0, untie_decoder=True, passage_max_length=32)
+    model, _ = train_aggretriever(spec, LabelledData.from_dataset(scifact, negatives="none"),
+                                  TrainConfig(learning_rate=1e-3, batch_size=2, max_steps=2), tmp_path / "m")
+    embeddings, decoder = model.encoder.get_input_embeddings().weight, model._mlm.decode.weight
+    assert decoder is not embeddings and not torch.equal(decoder, embeddings)
+    loaded = Aggretriever.from_pretrained(tmp_path / "m")
+    torch.testing.assert_close(loaded._mlm.decode.weight, decoder.detach(), rtol=0, atol=0)
+    assert loaded._mlm.decode.weight is not loaded.encoder.get_input_embeddings().weight
+    ids, mask = torch.tensor([[101, 2054, 2003, 102]]), torch.ones(1, 4, dtype=torch.long)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), model.eval()(ids, mask), rtol=0, atol=1e-6)

@@ -285,6 +285,8 @@ class MaskedLMHead:
         else:
             modules = [self.mlm.vocab_transform, self.mlm.vocab_layer_norm]
         own = [p for module in modules for p in module.parameters()]
+        if self.decode.weight is not self.mlm.get_input_embeddings().weight:  # untied (`untie_decoder`)
+            own.append(self.decode.weight)
         return own + ([self.decode.bias] if self.decode.bias is not None else [])
 
     def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -538,6 +540,15 @@ def identity_semantic_head(model: Aggretriever, scale: float = 1.0) -> None:
     with torch.no_grad():
         model.cls_proj.weight.copy_(torch.eye(hidden) * scale)
         model.cls_proj.bias.zero_()
+
+
+def untie_decoder(model: Aggretriever) -> None:
+    """Give the MLM head's decoder its own copy of the word embeddings (BERT and DistilBERT tie them), so that the
+    head can learn its vocabulary projection while the body stays frozen; the folder then stores the copy too."""
+    decoder = model._mlm.decode
+    if decoder.weight is model.encoder.get_input_embeddings().weight:
+        model.encoder.config.tie_word_embeddings = False
+        decoder.weight = nn.Parameter(decoder.weight.detach().clone())
 
 
 def tie_identity_head(encoder: nn.Module) -> None:

@@ -35,6 +35,7 @@ from pyserini_ext.models.aggretriever import (
     from_masked_lm,
     identity_semantic_head,
     resolve_model_folder,
+    untie_decoder,
 )
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
 from pyserini_ext.train.data import LabelledData
@@ -137,6 +138,8 @@ class AggretrieverModelConfig:
     # train the heads only (`freeze_body`): the body, with the word embeddings its tied MLM decoder shares, is
     # frozen and runs without dropout, so the semantic part stays the body's own pooled vector
     freeze_body: bool = False
+    # the MLM head's decoder gets its own copy of the word embeddings and learns (`untie_decoder`)
+    untie_decoder: bool = False
     # a semantic part as wide as the body: `identity_semantic_head` at this scale, frozen (None: a learned
     # projection). `saved_semantic_scale`: the scale written into the saved folder, the two parts' balance chosen on
     # development queries after training (None: the training scale)
@@ -191,6 +194,8 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
     if model.semantic_scale is not None:
         identity_semantic_head(aggretriever, model.semantic_scale)
         aggretriever.cls_proj.requires_grad_(False)
+    if model.untie_decoder:
+        untie_decoder(aggretriever)
     if model.freeze_body:
         freeze_body(aggretriever)
     tokenizer = AutoTokenizer.from_pretrained(folder)
