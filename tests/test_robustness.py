@@ -345,7 +345,7 @@ def test_lone_surrogates_are_replaced_and_counted(tmp_path, caplog, tiny_aggretr
 def test_dimension_mismatches_are_caught_before_pyserini_writes(tmp_path, monkeypatch, tiny_aggretriever):
     from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
 
-    monkeypatch.setattr(arguments, "_cli_options", {"dimension": 768, "to_faiss": True})
+    monkeypatch.setattr(arguments, "_cli_options", {"dimension": 768, "to_faiss": True, "dimension_given": True})
     with pytest.raises(OptionError, match="--dimension 768 does not fit .* 64 dimensions; pass --dimension 64"):
         AggretrieverDocumentEncoder(str(tiny_aggretriever))
     import faiss
@@ -369,6 +369,22 @@ def test_wrong_dimension_through_pyserini_encode_leaves_no_faiss_index(tmp_path,
     assert proc.returncode != 0
     assert "--dimension 768 does not fit the aggretriever model, whose vectors have 64 dimensions" in proc.stderr
     assert not out.exists()
+
+
+def test_pyserini_encode_without_dimension_sizes_the_faiss_index_by_the_model(tmp_path, tiny_aggretriever):
+    """Pyserini's `--dimension` default (768) is for its own BERT encoders: without the option the index takes
+    the model's width (the default Aggretriever has 1,024 dimensions); with it, a wrong one is still refused."""
+    import faiss
+    corpus = write_corpus(tmp_path / "corpus.jsonl", [{"id": "d1", "title": "t", "text": "insulin"},
+                                                       {"id": "d2", "title": "", "text": "bone"}])
+    out = tmp_path / "embeddings"
+    proc = subprocess.run([sys.executable, "-m", "pyserini.encode", "input", "--corpus", str(corpus), "--fields",
+                           "title", "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder",
+                           str(tiny_aggretriever), "--encoder-class", "aggretriever", "--fields", "title", "text",
+                           "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    index = faiss.read_index(str(out / "index"))
+    assert (index.d, index.ntotal) == (64, 2)
 
 
 @pytest.mark.slow

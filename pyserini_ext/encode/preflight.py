@@ -27,9 +27,13 @@ def faiss_index_dimension(index: str | Path) -> int | None:
 
 def check_dimension(dim: int, encoder: str) -> None:
     """The encoder's output dimension against the running Pyserini command's `--dimension` (with `--to-faiss`)
-    and `--index`; an OptionError naming both numbers and the fix."""
+    and `--index`; an OptionError naming both numbers and the fix. Without `--dimension` (Pyserini's default,
+    768) the Faiss index Pyserini writes gets the encoder's width."""
     dimension = arguments.cli_option("dimension")
     if arguments.cli_option("to_faiss") and dimension is not None and dimension != dim:
+        if not arguments.dimension_given():
+            arguments.set_faiss_dimension(dim)
+            return
         raise OptionError(f"--dimension {dimension} does not fit the {encoder} model, whose vectors have {dim} "
                           f"dimensions; pass --dimension {dim}")
     index = arguments.cli_option("index")

@@ -5,7 +5,9 @@ The `--encoder-class` options of `pyserini.encode`, `pyserini.search.faiss` and 
 literal argparse `choices`, so argparse itself is patched (when `pyserini.encode` is imported, see encode.py), and
 only parsers built by code in a `pyserini.*` module are changed; any other parser in the process is left alone.
 Remembered: an explicit `--max-length` (Pyserini's faiss/hybrid searchers never pass it to query encoders:
-`cli_max_length`), and `--dimension`, `--to-faiss`, `--index` (`cli_option`).
+`cli_max_length`), `--dimension`, `--to-faiss`, `--index` (`cli_option`), and whether `--dimension` was given
+(`dimension_given`): without it `pyserini.encode` sizes its Faiss index at 768, and our encoders of another width
+set the index's width instead (`set_faiss_dimension`, used by encode.py's patch of Pyserini's Faiss writer).
 """
 from __future__ import annotations
 
@@ -23,6 +25,20 @@ _cli_options: dict[str, object] = {}
 def cli_max_length() -> int | None:
     """`--max-length` as given explicitly on a Pyserini command line in this process, else None."""
     return _cli_options.get("max_length")
+
+
+def dimension_given() -> bool:
+    """Whether `--dimension` was on a Pyserini command line parsed in this process."""
+    return bool(_cli_options.get("dimension_given"))
+
+
+def set_faiss_dimension(dim: int) -> None:
+    """The width Pyserini's Faiss writer gets in this process when `--dimension` was not given."""
+    _cli_options["faiss_dimension"] = dim
+
+
+def faiss_dimension() -> int | None:
+    return _cli_options.get("faiss_dimension")
 
 
 def cli_option(name: str):
@@ -62,6 +78,9 @@ def _remember_options(parse_known_args):
             a == "--max-length" or a.startswith("--max-length=") for a in given
         ):
             _cli_options["max_length"] = parsed["max_length"]
+        if "dimension" in ours:  # a new command line: what an earlier one in this process set goes
+            _cli_options["dimension_given"] = any(a == "--dimension" or a.startswith("--dimension=") for a in given)
+            _cli_options.pop("faiss_dimension", None)
         for name in REMEMBERED_OPTIONS:
             if name in ours and name in parsed:
                 _cli_options[name] = parsed[name]

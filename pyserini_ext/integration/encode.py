@@ -7,7 +7,9 @@ Pyserini 1.6 keeps encoder classes in two plain dicts (`document_encoder_class_m
     fallbacks, by a subclass that hands our models (bare names, shipped folder names, folders with our configs,
     Hugging Face names of Aggretriever models) to our classes: Pyserini picks a class by substrings of `--encoder`
     (an AligneR folder named `...-splade-tiny` would load as SPLADE), so `--encoder-class` can be omitted,
-  * extends the `--encoder-class` choices of Pyserini's parsers (arguments.py).
+  * extends the `--encoder-class` choices of Pyserini's parsers (arguments.py),
+  * sizes `FaissRepresentationWriter`'s index at our encoder's width when `--dimension` was not given (Pyserini's
+    default 768 would fail on a 1,024-dim Aggretriever at the first batch; encode/preflight.py).
 Which model a name stands for and which family a model is: models/folder.py (`resolve_model`, `model_family`).
 """
 from __future__ import annotations
@@ -110,6 +112,13 @@ def _handing_our_models_over(kind: str):
     return make
 
 
+def _sized_by_our_encoder(init):
+    def __init__(self, dir_path, dimension=768, *args, **kwargs):
+        init(self, dir_path, arguments.faiss_dimension() or dimension, *args, **kwargs)
+
+    return __init__
+
+
 def install(encode_module) -> None:
     """Add our encoders to Pyserini's class maps and CLI choices (idempotent)."""
     for kind in ("document", "query"):
@@ -124,3 +133,5 @@ def install(encode_module) -> None:
         # the fallback when no keyword of the maps matches `--encoder`
         patch.install(encode_module, f"Auto{kind.capitalize()}Encoder", _handing_our_models_over(kind))
     arguments.install()
+    from pyserini.encode.optional import _faiss  # the module that defines the writer (imports faiss)
+    patch.install(_faiss.FaissRepresentationWriter, "__init__", _sized_by_our_encoder)
