@@ -15,7 +15,7 @@ from pyserini_ext import hardware
 from pyserini_ext.data.text import document_texts
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder, _AggretrieverEncoder
 from pyserini_ext.encode.runtime import EncoderRuntime
-from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm
+from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm, identity_semantic_head
 
 BOUND_INT8 = 0.05  # relative L2 distance from float32; measured 0.013 (bert, agg*) and 0.016 (distilbert, agg+)
 TEXTS = ["Microglia are the resident immune cells of the brain.", "", "short text",
@@ -23,8 +23,10 @@ TEXTS = ["Microglia are the resident immune cells of the brain.", "", "short tex
 
 
 @pytest.fixture(scope="module", params=[("bert", "agg*", "cls"), ("distilbert", "agg+", "cls"),
-                                        ("bert", "agg+", "mean")], ids=lambda p: "-".join(p))
+                                        ("bert", "agg+", "mean"), ("bert", "agg+", "full-width")],
+                ids=lambda p: "-".join(p))
 def model_dir(request, tmp_path_factory, splade_tiny_dir):
+    """full-width: the normalised mean state through an identity projection (cls_dim = hidden = 32), scaled."""
     kind, pooling, dense_pooling = request.param
     torch.manual_seed(7)
     if kind == "bert":
@@ -34,9 +36,15 @@ def model_dir(request, tmp_path_factory, splade_tiny_dir):
         mlm = DistilBertForMaskedLM(DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64))
     folder = tmp_path_factory.mktemp(kind)
     mlm.save_pretrained(folder / "mlm")
-    model = from_masked_lm(folder / "mlm", AggretrieverConfig(pooling=pooling, dense_pooling=dense_pooling))
+    full = dense_pooling == "full-width"
+    config = AggretrieverConfig(pooling=pooling, dense_pooling="mean" if full else dense_pooling,
+                                **({"cls_dim": 32, "dense_normalize": True} if full else {}))
+    model = from_masked_lm(folder / "mlm", config)
     torch.nn.init.normal_(model.tok_proj.weight, std=0.5)
-    torch.nn.init.normal_(model.cls_proj.weight, std=0.5)
+    if full:
+        identity_semantic_head(model, 2.0)
+    else:
+        torch.nn.init.normal_(model.cls_proj.weight, std=0.5)
     return model.save_pretrained(folder / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
 
 
