@@ -30,7 +30,10 @@ from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build
 from pyserini_ext.train.loop import PRECISIONS, TrainConfig, precision_name
 
 MODELS = ("deepct", "aggretriever", "aligner")
-FOLDERS = {"deepct": "deepct-splade-tiny", "aggretriever": "aggretriever-minilm", "aligner": "aligner-minilm"}
+# the Aggretriever default before issue 46 (128-dim [CLS] projection + agg+, Pyserini's layout) stays shipped as
+# resources/models/aggretriever-minilm for indexes built with it; its recipe is in its training_log.json
+FOLDERS = {"deepct": "deepct-splade-tiny", "aggretriever": "aggretriever-minilm-fullwidth", "aligner": "aligner-minilm"}
+FULL_WIDTH = AggretrieverConfig(cls_dim=384, pooling="agg+", dense_pooling="mean", dense_normalize=True)
 
 
 @dataclass
@@ -44,13 +47,16 @@ RECIPES = {
     # (docs/deepct.md, "Why these defaults")
     "deepct": Recipe(DeepCTModelConfig("splade-tiny", index_tf=TermFrequencyRule(mode="sqrt", merge="sum")),
                      TrainConfig(learning_rate=1e-4, epochs=6, batch_size=16)),
-    # MiniLM body with a tied MLM head; one pass of [CLS] alignment, then one epoch of the listwise stage (976 steps)
-    # under bf16 autocast (faster on CPUs with bf16 kernels). agg+ rather than agg*, and the bf16 epoch rather than
-    # 600 fp32 steps: better on both development sets (experiments/aggretriever-recipe)
-    "aggretriever": Recipe(AggretrieverModelConfig("all-minilm-l6-v2", architecture=AggretrieverConfig(pooling="agg+"),
-                                                   heads="lexical", cls_alignment_epochs=1, store_dtype="float16"),
-                           TrainConfig(learning_rate=5e-5, head_learning_rate=1e-3, max_steps=976, warmup_ratio=0.05,
-                                       batch_size=8, group_size=3, precision="bfloat16")),
+    # Full width (issue 46): the semantic part is MiniLM's own sentence vector (mean-pooled, L2-normalised, 384 dims)
+    # through a frozen identity projection, the lexical part agg+ 640 from the tied MLM head; the body stays frozen, so
+    # only the MLM head's transform and bias and the term weights learn (976 steps under bf16 autocast). The semantic
+    # scale: 2.5 in training (the teacher ensemble's score spread against MiniLM's cosines), saved at 2.5 sqrt(2): the
+    # parts' balance chosen on the development sets (experiments/aggretriever-full-width)
+    "aggretriever": Recipe(AggretrieverModelConfig("all-minilm-l6-v2", architecture=FULL_WIDTH, heads="lexical",
+                                                   store_dtype="float16", freeze_body=True, semantic_scale=2.5,
+                                                   saved_semantic_scale=2.5 * 2 ** 0.5),
+                           TrainConfig(learning_rate=1e-3, head_learning_rate=1e-3, max_steps=976, warmup_ratio=0.05,
+                                       batch_size=8, group_size=3, precision="bfloat16", checkpoint_every=50)),
     # MiniLM body (6 x 384) and the unpruned loss term; 240 steps fit make models' CPU time (experiments/aligner-recipe)
     "aligner": Recipe(AlignerModelConfig("all-minilm-l6-v2", store_dtype="float16", unpruned_loss_weight=1.0),
                       TrainConfig(learning_rate=2e-5, head_learning_rate=1e-3, max_steps=240, warmup_ratio=0.05,
@@ -124,13 +130,16 @@ SUMMARIES = {
               "probability. Index with `pyserini-ext deepct index`, search with BM25. Its index rule "
               "(`index_tf` in deepct_config.json, the index command's default): tf = round(100 sqrt(w)) per "
               "occurrence, a repeated word's occurrences added (`--mode sqrt --merge sum`).",
-    "aggretriever": "Aggretriever (agg+ 640 + [CLS] 128 = 768 dims, Pyserini's checkpoint layout; `pooling` in "
-                    "aggretriever_config.json) on the MiniLM "
-                    "body with an MLM head tied to its word embeddings (identity transform at the start). First "
-                    "the [CLS] part is regressed onto the MiniLM teacher's vectors (one pass over the training "
-                    "queries and passages, `cls_alignment_epochs`); then it is distilled from the teacher "
-                    "ensemble: listwise KL over each query's candidates + in-batch NLL, on the concat and (weight "
-                    "0.5 each) on the agg and [CLS] parts. Weights stored in float16.",
+    "aggretriever": "Aggretriever at full width (1,024 dims: a 384-dim semantic part, then agg+ 640; inner "
+                    "product). The semantic part is all-MiniLM-L6-v2's own sentence vector (mean-pooled over the "
+                    "text's tokens, L2-normalised, as sentence-transformers runs it) times 2.5 sqrt(2), through an "
+                    "identity projection (`dense_pooling` mean, `dense_normalize`, `cls_proj` in "
+                    "aggretriever_config.json and the weights); the lexical part is agg+ (slice max-pooled MLM "
+                    "distributions) from an MLM head tied to the body's word embeddings. The body is frozen: only "
+                    "the MLM head's transform and bias and the term weights were distilled from the teacher ensemble "
+                    "(listwise KL over each query's candidates + in-batch NLL, on the concat and 0.5 x on each "
+                    "part), with the semantic part at scale 2.5; the saved scale (the parts' balance) was chosen on "
+                    "the development sets (experiments/aggretriever-full-width). Weights stored in float16.",
     "aligner": "AligneR (128-dim normalised token vectors, query/document salience heads), distilled from the "
                "teacher ensemble: listwise KL over each query's candidates + in-batch NLL on the salience-weighted "
                "top-1 alignment score, at 40% of each passage's tokens (entropy top-k) and, with the same weight, "
@@ -146,7 +155,9 @@ def write_model_card(kind: str, folder: Path, log: dict, data) -> None:
     config = DistillDataConfig()
     losses = log["losses"]
     train = recipe["train"]
-    training = (f"AdamW, learning rate {train['learning_rate']} for the backbone"
+    frozen = recipe["model"].get("freeze_body")  # then the "backbone" rate applies to the MLM head alone
+    training = (f"AdamW, learning rate {train['learning_rate']} for "
+                + ("the MLM head (the body frozen)" if frozen else "the backbone")
                 + (f" and {train['head_learning_rate']} for the new heads" if train["head_learning_rate"] else "")
                 + f", linear warm-up {train['warmup_ratio']:.0%} and decay, seed {train['seed']}")
     training += (f", {train['batch_size']} passages per step" if kind == "deepct" else
