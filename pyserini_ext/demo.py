@@ -143,7 +143,7 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: str, max_leng
               "input", "--corpus", str(collection / "docs.jsonl"), "--fields", "title", "text",
               "output", "--embeddings", str(agg_index), "--to-faiss",
               "encoder", *document_encoder, "--fields", "title", "text",
-              "--dimension", "768", "--max-length", str(max_length), "--batch-size", str(batch_size),
+              "--max-length", str(max_length), "--batch-size", str(batch_size),  # the index takes the model's width
               "--device", "cpu"], agg_index, log)
 
     runs = {

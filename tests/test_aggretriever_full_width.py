@@ -88,3 +88,31 @@ def test_untied_decoder_learns_and_round_trips(minilm_dir, scifact, tmp_path):
     ids, mask = torch.tensor([[101, 2054, 2003, 102]]), torch.ones(1, 4, dtype=torch.long)
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids, mask), model.eval()(ids, mask), rtol=0, atol=1e-6)
+
+
+def test_init_and_train_commands_make_the_default_layout(splade_tiny_dir, tmp_path):
+    """`aggretriever init --full-width` + `train --freeze-body --semantic-scale`: the default model's recipe on any
+    body (here splade-tiny, width 128): the body stays as it was, the saved semantic part is its normalised mean
+    state times the saved scale."""
+    from pyserini_ext.cli.aggretriever import main
+
+    assert main(["init", "--model", str(splade_tiny_dir), "--output", str(tmp_path / "init"), "--full-width",
+                 "--semantic-scale", "2", "--pooling", "agg+"]) == 0
+    start = Aggretriever.from_pretrained(tmp_path / "init")
+    assert (start.config.cls_dim, start.config.dense_normalize, start.dim) == (128, True, 128 + 640)
+    assert main(["train", "--model", str(tmp_path / "init"), "--dataset", "scifact", "--output", str(tmp_path / "m"),
+                 "--max-steps", "2", "--batch-size", "2", "--passage-max-length", "32", "--negatives", "none",
+                 "--freeze-body", "--semantic-scale", "2", "--saved-semantic-scale", "3"]) == 0
+    trained = Aggretriever.from_pretrained(tmp_path / "m")
+    before, after = start.state_dict(), trained.state_dict()
+    body = [k for k in after if k.startswith("encoder.bert.")]
+    assert body and all(torch.equal(before[k], after[k]) for k in body)
+    assert not torch.equal(before["tok_proj.weight"], after["tok_proj.weight"])
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "m")
+    inputs = tokenizer(TEXTS, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        vectors = trained(inputs["input_ids"], inputs["attention_mask"])
+        hidden = trained._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+    mask = inputs["attention_mask"].unsqueeze(-1).float()
+    mean = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+    torch.testing.assert_close(vectors[:, :128], 3.0 * mean, atol=1e-5, rtol=1e-5)

@@ -14,7 +14,7 @@ from pyserini_ext.index.aligner import AlignerIndex, build_index, encode_corpus
 from pyserini_ext.index.aligner_build import build_aligner_index
 from pyserini_ext.index.deepct import DeepCTIndexBuilder, DeepCTIndexSettings, build_deepct_index
 from pyserini_ext.index.streaming import build, build_on_ray
-from pyserini_ext.models.aggretriever import from_masked_lm
+from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm, identity_semantic_head
 from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.deepct import DeepCTModel
 
@@ -46,8 +46,11 @@ def corpus(scifact):
 def models(tmp_path_factory, splade_tiny_dir):
     root = tmp_path_factory.mktemp("models")
     torch.manual_seed(5)
-    agg = from_masked_lm(splade_tiny_dir, constant_term_weight=1.0, zero_cls=True).save_pretrained(
-        root / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
+    # the default Aggretriever's layout: the body's normalised mean state at full width (128) + agg+
+    agg = from_masked_lm(splade_tiny_dir, AggretrieverConfig(cls_dim=128, pooling="agg+", dense_pooling="mean",
+                                                             dense_normalize=True), constant_term_weight=1.0)
+    identity_semantic_head(agg, 2.0)
+    agg = agg.save_pretrained(root / "agg", AutoTokenizer.from_pretrained(splade_tiny_dir))
     deepct = DeepCTModel.from_backbone(splade_tiny_dir).save_pretrained(root / "deepct")
     aligner = AlignerModel.from_backbone(splade_tiny_dir).save_pretrained(root / "aligner")
     return agg, deepct, aligner

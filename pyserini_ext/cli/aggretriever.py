@@ -31,6 +31,11 @@ class AggretrieverInitOptions:
                                      "(for a body trained with mean pooling)")
     lexical_only: bool = option(False, help="term weight fixed to 1 and [CLS] projection zeroed: pure MLM lexical "
                                             "matching")
+    full_width: bool = option(False, help="the default model's layout: the semantic part is the body's "
+                                          "L2-normalised mean state at the body's width through an identity "
+                                          "projection (sets --cls-dim and --dense-pooling)")
+    semantic_scale: float = option(1.0, help="with --full-width: the identity projection's scale (the semantic "
+                                             "part's weight against the lexical part)")
 
 
 @dataclass
@@ -51,6 +56,12 @@ class AggretrieverTrainOptions(TrainingOptions):
     cls_alignment_epochs: int = option(0, help="with --distill: passes regressing the [CLS] part onto the MiniLM "
                                                 "teacher's vectors first (for a mean-pooling body such as "
                                                 "all-minilm-l6-v2)", min=0)
+    freeze_body: bool = option(False, help="train the heads only (MLM head transform and bias, term weights, "
+                                           "[CLS] projection): the body keeps its own sentence vectors")
+    semantic_scale: float | None = option(None, help="a full-width model's identity semantic projection, frozen at "
+                                                     "this scale in training (the default model: 2.5)")
+    saved_semantic_scale: float | None = option(None, help="with --semantic-scale: the scale written into the "
+                                                           "output (the parts' balance; the default model: 3.54)")
 
 
 @dataclass(kw_only=True)
@@ -77,14 +88,23 @@ class AggretrieverIndexOptions(IndexingOptions):
 def init(options: AggretrieverInitOptions) -> None:
     from transformers import AutoTokenizer
 
-    from pyserini_ext.models.aggretriever import from_masked_lm, resolve_model_folder
+    from pyserini_ext.models.aggretriever import from_masked_lm, identity_semantic_head, resolve_model_folder
     from pyserini_ext.models.backbones import backbone_path
 
     folder = backbone_path(options.model) if options.model in BACKBONES else resolve_model_folder(options.model)
-    config = AggretrieverConfig(agg_dim=options.agg_dim, cls_dim=options.cls_dim, pooling=options.pooling,
-                                dense_pooling=options.dense_pooling)
+    width = {}
+    if options.full_width:
+        from transformers import AutoConfig
+
+        body = AutoConfig.from_pretrained(folder)
+        width = {"cls_dim": getattr(body, "hidden_size", None) or body.dim, "dense_pooling": "mean",
+                 "dense_normalize": True}
+    config = AggretrieverConfig(**{"agg_dim": options.agg_dim, "cls_dim": options.cls_dim, "pooling": options.pooling,
+                                   "dense_pooling": options.dense_pooling, **width})
     model = from_masked_lm(folder, config, constant_term_weight=1.0 if options.lexical_only else None,
                            zero_cls=options.lexical_only)
+    if options.full_width and not options.lexical_only:
+        identity_semantic_head(model, options.semantic_scale)
     print(f"wrote {model.save_pretrained(options.output, AutoTokenizer.from_pretrained(folder))}")
 
 
@@ -99,7 +119,9 @@ def train(options: AggretrieverTrainOptions) -> None:
 
     model = AggretrieverModelConfig(options.model, heads=options.heads, query_max_length=options.query_max_length,
                                     passage_max_length=options.passage_max_length,
-                                    cls_alignment_epochs=options.cls_alignment_epochs)
+                                    cls_alignment_epochs=options.cls_alignment_epochs,
+                                    freeze_body=options.freeze_body, semantic_scale=options.semantic_scale,
+                                    saved_semantic_scale=options.saved_semantic_scale)
     _, losses = train_aggretriever(model, options.training_data(), options.train_config(), options.output,
                                    checkpoint_dir=options.checkpoints)
     print(f"loss: first step {losses[0]:.4f}, last step {losses[-1]:.4f} ({len(losses)} steps)")
