@@ -5,7 +5,7 @@ For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as i
                               and impact search)
   <prefix>.aggretriever-tiny  `python -m pyserini.encode ... --encoder aggretriever-splade-tiny --encoder-class
                               aggretriever-onnx --to-faiss` (Faiss flat)
-  <prefix>.aggretriever       the same with `--encoder aggretriever` (the default, aggretriever-minilm)
+  <prefix>.aggretriever       the same with `--encoder aggretriever` (the default, aggretriever-minilm-fullwidth)
   <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
                               float16 token index, every token)
   <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pyserini_ext.data import load_dataset, write_json_collection
 from pyserini_ext.index.prebuilt import default_catalogue, pack_index
+from pyserini_ext.models.aggretriever import Aggretriever
 from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.repro.runner import StepRunner, model_tag
 
@@ -58,8 +59,9 @@ def build(runner: StepRunner, dataset: str, kind: str, model: str | None, collec
     elif kind == "aggretriever":
         command = [py, "-m", "pyserini.encode", "input", "--corpus", collection / "docs.jsonl", "--fields", "title",
                    "text", "output", "--embeddings", out, "--to-faiss", "encoder", "--encoder", model,
-                   "--encoder-class", "aggretriever-onnx", "--fields", "title", "text", "--dimension", "768",
-                   "--max-length", "256", "--device", "cpu"]
+                   "--encoder-class", "aggretriever-onnx", "--fields", "title", "text", "--dimension",
+                   str(Aggretriever.from_pretrained(resolve_model(model)).dim), "--max-length", "256",
+                   "--batch-size", "32", "--device", "cpu"]  # the report's settings
     elif kind.startswith("aligner"):
         encoded = collection.parent / f"{model_tag(Path(resolve_model(model)))}.encoded.npz"
         command = [py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--corpus", collection,
