@@ -1,13 +1,15 @@
-"""Aggretriever ablation on one trained model: concat vs its [CLS] part vs its agg* part, and the untrained
-lexical-only model, scored on the same passages.
+"""Aggretriever ablation on one trained model: concat vs its semantic part ([CLS] projection, or the full-width
+mean vector) vs its lexical part (agg* / agg+), scored on the same passages.
 
-    python experiments/aggretriever-parts/aggretriever_ablation.py --model resources/models/aggretriever-minilm \
+    python experiments/aggretriever-parts/aggretriever_ablation.py \
+        --model resources/models/aggretriever-minilm-fullwidth \
         --index runs/report/full/scifact/<aggretriever faiss index> --dataset scifact --split test
 
 The passages' vectors are read back from the Pyserini Faiss index that `make report` built with the unchanged
 `python -m pyserini.encode` (no re-encoding); queries are encoded with our query encoder. The parts are the
-first `cls_dim` dimensions ([CLS] projection) and the rest (agg*): the model was trained with a loss on each part,
-so each is a retriever on its own. nDCG@10 / R@100 with `pyserini_ext.evaluation.evaluate` (trec_eval -c values).
+first `cls_dim` dimensions (the semantic part) and the rest (the lexical part): the model was trained with a loss
+on each part, so each is a retriever on its own. nDCG@10 / R@100 with `pyserini_ext.evaluation.evaluate`
+(trec_eval -c values).
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ def main() -> None:
     cls_dim = config.cls_dim
     encoder = AggretrieverQueryEncoder(args.model)
     queries = np.stack([encoder.encode(topics[q]) for q in qids]).astype(np.float32)
-    parts = {"concat": slice(None), "[CLS] part": slice(0, cls_dim), f"{config.pooling} part": slice(cls_dim, None)}
+    semantic = "semantic part" if config.dense_pooling == "mean" else "[CLS] part"
+    parts = {"concat": slice(None), semantic: slice(0, cls_dim), f"{config.pooling} part": slice(cls_dim, None)}
     qrels = dataset.qrels(args.split)
     print(f"{'vectors':<14} nDCG@10   R@100")
     for name, part in parts.items():

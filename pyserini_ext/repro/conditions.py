@@ -87,6 +87,9 @@ class Conditions:
     methods: Mapping[str, Method]
     development: Mapping
     evidence: tuple[Mapping, ...]
+    # tables measured on the test queries after every choice, each by the command it names (not rerun or checked
+    # by the report: the parts of one vector cannot be searched with Pyserini's commands)
+    ablations: tuple[Mapping, ...] = ()
 
     def base_methods(self, method: str) -> tuple[str, ...]:
         """The base methods whose runs `method` needs: itself, the runs a fusion fuses (the lexical run first), or
@@ -145,7 +148,8 @@ def load_conditions(path: str | Path = CONDITIONS_FILE) -> Conditions:
                     for k, v in raw["datasets"].items()}
         conditions = Conditions(float(raw["tolerance"]), dict(raw["metrics"]), dict(raw["settings"]), datasets,
                                 tuple(raw["evaluation"]), tuple(raw["evaluation_with_recall_level"]), steps,
-                                fusions, methods, raw.get("development") or {}, tuple(raw.get("evidence") or ()))
+                                fusions, methods, raw.get("development") or {}, tuple(raw.get("evidence") or ()),
+                                tuple(raw.get("ablations") or ()))
     except KeyError as error:
         raise ConditionsError(f"{path}: missing key {error.args[0]!r}") from None
     for method in methods.values():

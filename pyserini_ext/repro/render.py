@@ -275,6 +275,9 @@ def write_report(path: Path, repro: Reproduction, figures: Mapping, plots: Mappi
                        + pruning_table(pruning[key]))
     for name, plot in plots.items():
         out.append(f"![{name}]({os.path.relpath(plot, path.parent)})\n")
+    for table in conditions.ablations:
+        out.append(f"## {table['title']}\n\n{table['note']}\n\n```bash\n{table['command']}\n```\n\n"
+                   + markdown_table(table["header"], table["rows"]))
     out += development_section(conditions, figures.get("deepct"), display.text(options.triples))
     if runner.timings and elapsed is not None:
         out.append("## Wall time per step (this machine, seconds)\n\n" + markdown_table(
