@@ -133,5 +133,6 @@ def install(encode_module) -> None:
         # the fallback when no keyword of the maps matches `--encoder`
         patch.install(encode_module, f"Auto{kind.capitalize()}Encoder", _handing_our_models_over(kind))
     arguments.install()
-    from pyserini.encode.optional import _faiss  # the module that defines the writer (imports faiss)
-    patch.install(_faiss.FaissRepresentationWriter, "__init__", _sized_by_our_encoder)
+    # when Pyserini imports its writer's module (it imports faiss: not at every `import pyserini.encode`)
+    patch.on_import("pyserini.encode.optional._faiss", lambda module: patch.install(
+        module.FaissRepresentationWriter, "__init__", _sized_by_our_encoder))
