@@ -139,7 +139,8 @@ SUMMARIES = {
                     "the MLM head's transform and bias and the term weights were distilled from the teacher ensemble "
                     "(listwise KL over each query's candidates + in-batch NLL, on the concat and 0.5 x on each "
                     "part), with the semantic part at scale 2.5; the saved scale (the parts' balance) was chosen on "
-                    "the development sets (experiments/aggretriever-full-width). Weights stored in float16.",
+                    "the development sets (MS MARCO triples sample, SciFact train; docs/training.md). "
+                    "Weights stored in float16.",
     "aligner": "AligneR (128-dim normalised token vectors, query/document salience heads), distilled from the "
                "teacher ensemble: listwise KL over each query's candidates + in-batch NLL on the salience-weighted "
                "top-1 alignment score, at 40% of each passage's tokens (entropy top-k) and, with the same weight, "
