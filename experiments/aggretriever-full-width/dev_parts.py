@@ -4,7 +4,7 @@ each part's figures and the balance of the two parts.
     python experiments/aggretriever-full-width/dev_parts.py MODEL [MODEL ...] [--weights 0.5 1 2 4 ...]
 
 Every query (32 tokens) and candidate passage (256 tokens, as scripts/dev_rerank.py) is encoded once per model by
-the torch model in float32; the vectors are kept under --out/<model folder name>.npz, so a second call (another
+the torch model in float32; the vectors are kept under --out/<parent>-<model folder name>.npz, so a second call (another
 grid of weights) encodes nothing. Printed per model and set: nDCG@10 of the concatenated vector, of the semantic
 part alone, of the lexical part alone, and of `w x semantic + lexical` for each --weights w (the semantic part's
 inner products relative to the saved folder's; w = 1 is the concatenation).
@@ -52,7 +52,8 @@ def dev_sets(cache: Path) -> dict[str, tuple[DistillationSet, list[int]]]:
 def vectors_of(folder: Path, sets: dict, out: Path) -> tuple[dict[str, np.ndarray], int]:
     """{"q:<text>" / "p:<docid>": vector} of every dev query and candidate, and the semantic part's width."""
     model = Aggretriever.from_pretrained(folder).eval()
-    path = out / f"{folder.name}.npz"
+    # keyed by the folder and its parent: candidates are all saved as <name>/model
+    path = out / f"{folder.resolve().parent.name}-{folder.name}.npz"
     if path.is_file():
         stored = np.load(path, allow_pickle=False)
         return dict(zip(stored["keys"].tolist(), stored["vectors"])), model.config.cls_dim
