@@ -7,7 +7,8 @@ Every query (32 tokens) and candidate passage (256 tokens, as scripts/dev_rerank
 the torch model in float32; the vectors are kept under --out/<parent>-<model folder name>.npz, so a second call (another
 grid of weights) encodes nothing. Printed per model and set: nDCG@10 of the concatenated vector, of the semantic
 part alone, of the lexical part alone, and of `w x semantic + lexical` for each --weights w (the semantic part's
-inner products relative to the saved folder's; w = 1 is the concatenation).
+inner products relative to the saved folder's; w = 1 is the concatenation). --lexical-from takes the lexical part
+from another folder (a second body beside the first one's semantic part).
 """
 from __future__ import annotations
 
@@ -92,16 +93,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/exp-afw/dev-vectors"))
     parser.add_argument("--weights", type=float, nargs="*", default=[])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lexical-from", type=Path,
+                        help="another Aggretriever folder whose lexical part replaces each model's (two bodies)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sets = dev_sets(args.cache)
     print(f"{'teacher ensemble':<52}" + "  ".join(f"{name} {rerank_ndcg(data, data.ensemble(), idx):.4f}"
                                                  for name, (data, idx) in sets.items()), flush=True)
+    other = vectors_of(args.lexical_from, sets, args.out) if args.lexical_from else None
     for folder in args.models:
         vectors, cls_dim = vectors_of(folder, sets, args.out)
         rows: dict[str, list[float]] = {}
         for data, indices in sets.values():
             semantic, lexical = part_scores(vectors, cls_dim, data, indices)
+            if other:
+                lexical = part_scores(*other, data, indices)[1]
             for name, weight in [("concat", 1.0), ("semantic", None), ("lexical", 0.0)] + [
                     (f"{w:g} x semantic + lexical", w) for w in args.weights]:
                 scores = semantic if weight is None else {i: weight * semantic[i] + lexical[i] for i in indices}
