@@ -11,12 +11,14 @@ from pyserini_ext.data import document_text, write_trec_qrels
 from pyserini_ext.evaluation import evaluate, write_trec_run
 from pyserini_ext.models.aligner import AlignerConfig
 from pyserini_ext.train import distill
+from pyserini_ext.train.aggretriever import PART_WEIGHT, _distillation_objective
 from pyserini_ext.train.aligner import AlignerModelConfig, batch_scores, train_aligner
 from pyserini_ext.train.distill import (
     DistillDataConfig,
     TrainingQuery,
     build_distillation_set,
     distillation_batches,
+    distillation_loss,
     listwise_kl,
     margin_mse,
     pseudo_queries,
@@ -109,6 +111,41 @@ def test_ensemble_and_batches(distilled_set):
     batch = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0))
     assert len(batch.query_texts) == 4 and len(batch.passage_texts) == 12 and batch.teacher.shape == (4, 3)
     assert torch.all(batch.teacher[:, 0] >= batch.teacher[:, 1:].max(dim=1).values)  # teacher-best first
+
+
+def test_batches_carry_another_weighting_of_the_same_candidates(distilled_set):
+    _, _, data = distilled_set
+    lexical = {"splade": 0.7, "bm25": 0.3}
+    batch = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0))
+    again = next(distillation_batches(data, batch_size=4, group_size=3, seed=1, epoch=0,
+                                      other_weights={"lexical": lexical}))
+    assert again.passage_texts == batch.passage_texts and torch.equal(again.teacher, batch.teacher)
+    expected = data.ensemble(lexical)
+    for b, query in enumerate(batch.query_texts):
+        i = next(k for k, q in enumerate(data.queries) if q.text == query)
+        texts = [document_text(data.corpus[d]) for d in data.candidates[i]]
+        chosen = [texts.index(t) for t in batch.passage_texts[3 * b:3 * b + 3]]
+        np.testing.assert_allclose(again.other_teachers["lexical"][b].numpy(), expected[i][chosen], rtol=1e-6)
+    assert not torch.allclose(again.other_teachers["lexical"], again.teacher)
+
+
+def test_the_lexical_part_can_distil_its_own_teachers(distilled_set):
+    _, _, data = distilled_set
+    config = TrainConfig(batch_size=4, group_size=3)
+    lexical = {"splade": 0.7, "bm25": 0.3}
+    make_batches, _, batch_loss, log = _distillation_objective(data, config, 2, lexical)
+    batch = next(make_batches(0))
+    torch.manual_seed(0)
+    queries, passages = torch.randn(4, 5), torch.randn(12, 5)
+
+    def loss(q, p, teacher):
+        return distillation_loss(q @ p.T, teacher, config)
+
+    expected = (loss(queries, passages, batch.teacher)
+                + PART_WEIGHT * loss(queries[:, 2:], passages[:, 2:], batch.other_teachers["lexical"])
+                + PART_WEIGHT * loss(queries[:, :2], passages[:, :2], batch.teacher))
+    assert batch_loss(queries, passages, batch).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert log["lexical_teacher_weights"] == lexical
 
 
 def test_losses_vanish_when_the_student_agrees():

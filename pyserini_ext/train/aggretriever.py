@@ -145,6 +145,9 @@ class AggretrieverModelConfig:
     # development queries after training (None: the training scale)
     semantic_scale: float | None = None
     saved_semantic_scale: float | None = None
+    # distillation only: the lexical part's own loss distils this weighting of the teachers (e.g. the lexical ones,
+    # {"splade": 0.7, "bm25": 0.3}) instead of the full ensemble the concatenation learns (None: the full one)
+    lexical_teacher_weights: dict[str, float] | None = None
 
     def __post_init__(self):
         if self.cls_alignment_epochs < 0:
@@ -217,7 +220,8 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
     if isinstance(data, LabelledData):
         make_batches, steps, batch_loss, objective_log = _labelled_objective(data, config, cls_dim)
     else:
-        make_batches, steps, batch_loss, objective_log = _distillation_objective(data, config, cls_dim)
+        make_batches, steps, batch_loss, objective_log = _distillation_objective(
+            data, config, cls_dim, model.lexical_teacher_weights)
     log.update(objective_log)
 
     def loss_fn(_, batch) -> Tensor:
@@ -288,16 +292,22 @@ def _labelled_objective(data: LabelledData, config: TrainConfig, cls_dim: int):
     return make_batches, steps_per_epoch, batch_loss, data.log() | {"training_queries": len(examples)}
 
 
-def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int):
+def _distillation_objective(data: DistillationSet, config: TrainConfig, cls_dim: int,
+                            lexical_weights: Mapping[str, float] | None = None):
+    other = {"lexical": dict(lexical_weights)} if lexical_weights else {}
+
     def batch_loss(queries: Tensor, passages: Tensor, batch) -> Tensor:
         def part_loss(q: Tensor, p: Tensor, part: str) -> Tensor:
-            return distillation_loss(q @ p.T, batch.teacher, config)
+            return distillation_loss(q @ p.T, batch.other_teachers.get(part, batch.teacher), config)
 
         return concat_and_parts(part_loss, queries, passages, cls_dim)
 
-    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch),
-            steps_per_epoch(data, config), batch_loss,
-            {"data": "distillation", "training_queries": len(data.queries)})
+    log = {"data": "distillation", "training_queries": len(data.queries)}
+    if lexical_weights:
+        log["lexical_teacher_weights"] = dict(lexical_weights)
+    return (lambda epoch: distillation_batches(data, config.batch_size, config.group_size, config.seed, epoch,
+                                               other_weights=other),
+            steps_per_epoch(data, config), batch_loss, log)
 
 
 @dataclass

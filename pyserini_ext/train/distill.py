@@ -427,25 +427,34 @@ class DistillBatch:
     query_texts: list[str]
     passage_texts: list[str]  # B x group_size, grouped by query, teacher-best first
     teacher: torch.Tensor  # [B, group_size] ensemble scores
+    # name -> [B, group_size] scores of the same candidates by another weighting of the teachers (`other_weights`)
+    other_teachers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def distillation_batches(data: DistillationSet, batch_size: int, group_size: int, seed: int, epoch: int,
-                         weights: Mapping[str, float] | None = None):
+                         weights: Mapping[str, float] | None = None,
+                         other_weights: Mapping[str, Mapping[str, float]] | None = None):
     """Batches of `batch_size` queries; per query its teacher-best candidate, then `group_size - 1` others
-    drawn at random from the rest of its candidates (seeded by seed + epoch)."""
+    drawn at random from the rest of its candidates (seeded by seed + epoch). `other_weights` adds, under each
+    name, another ensemble's scores of the same candidates (a target for one part of a model)."""
     ensemble = data.ensemble(weights)
+    others = {name: data.ensemble(w) for name, w in (other_weights or {}).items()}
     rng = random.Random(seed + epoch)
     usable = [i for i, c in enumerate(data.candidates) if len(c) >= group_size]
     rng.shuffle(usable)
     for start in range(0, len(usable) - batch_size + 1, batch_size):
         query_texts, passages, teacher = [], [], []
+        other: dict[str, list[np.ndarray]] = {name: [] for name in others}
         for i in usable[start:start + batch_size]:
             order = np.argsort(-ensemble[i])
             chosen = [int(order[0])] + rng.sample([int(j) for j in order[1:]], group_size - 1)
             query_texts.append(data.queries[i].text)
             passages += [document_text(data.corpus[data.candidates[i][j]]) for j in chosen]
             teacher.append(ensemble[i][chosen])
-        yield DistillBatch(query_texts, passages, torch.tensor(np.stack(teacher)))
+            for name, scores in others.items():
+                other[name].append(scores[i][chosen])
+        yield DistillBatch(query_texts, passages, torch.tensor(np.stack(teacher)),
+                           {name: torch.tensor(np.stack(rows)) for name, rows in other.items()})
 
 
 def distillation_loss(scores: torch.Tensor, teacher: torch.Tensor, config: TrainConfig) -> torch.Tensor:
