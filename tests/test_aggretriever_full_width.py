@@ -14,12 +14,14 @@ from pyserini_ext.models.aggretriever import (
     from_masked_lm,
     identity_semantic_head,
 )
+from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.train.aggretriever import AggretrieverModelConfig, train_aggretriever
 from pyserini_ext.train.data import LabelledData
 from pyserini_ext.train.distill import MiniLMTeacher
 from pyserini_ext.train.loop import TrainConfig
 
-FULL_WIDTH = AggretrieverConfig(cls_dim=384, pooling="agg+", dense_pooling="mean", dense_normalize=True)
+FULL_WIDTH = AggretrieverConfig(cls_dim=384, pooling="agg+", dense_pooling="mean", dense_normalize=True,
+                                query_max_length=512)
 TEXTS = ["Microglia are the resident immune cells of the brain.", "insulin resistance", "x " * 80]
 
 
@@ -47,6 +49,19 @@ def test_layout_round_trips_and_pyserini_layout_is_unchanged(full_width):
         384, "mean", True, 1024)
     torch.testing.assert_close(loaded.cls_proj.weight, 3.0 * torch.eye(384))
     assert AggretrieverConfig().dense_normalize is False  # Pyserini's layout: [CLS], 128, no normalisation
+
+
+def test_query_length_comes_from_the_model_folder(full_width):
+    long_query = " ".join(f"word{i}" for i in range(40))  # over 32 tokens
+    assert Aggretriever.from_pretrained(full_width).config.query_max_length == 512
+    default = AggretrieverQueryEncoder(str(full_width)).encode(long_query)
+    np.testing.assert_array_equal(default, AggretrieverQueryEncoder(str(full_width), max_length=512).encode(long_query))
+    assert np.abs(default - AggretrieverQueryEncoder(str(full_width), max_length=32).encode(long_query)).max() > 1e-3
+    shipped = Aggretriever.from_pretrained(resolve_model("aggretriever")).config
+    assert (shipped.dense_pooling, shipped.query_max_length) == ("mean", 512)
+    assert AggretrieverConfig().query_max_length == 32  # Pyserini's layout: as Pyserini encodes queries
+    with pytest.raises(ValueError, match="query_max_length must be >= 2"):
+        AggretrieverConfig(query_max_length=1)
 
 
 def test_identity_head_needs_the_body_width(minilm_dir):

@@ -102,3 +102,6 @@ def test_query_max_length_is_honoured(checkpoint):
     longer = AggretrieverQueryEncoder(encoder_dir=str(folder), device="cpu", max_length=128).encode(long_query)
     assert np.abs(short - default).max() > 1e-4
     assert np.abs(longer - default).max() > 1e-4
+    # a Pyserini-layout checkpoint's queries: 32 tokens, as Pyserini's own Aggretriever query encoder
+    thirty_two = AggretrieverQueryEncoder(encoder_dir=str(folder), device="cpu", max_length=32).encode(long_query)
+    np.testing.assert_array_equal(default, thirty_two)

@@ -3,12 +3,12 @@ each part's figures and the balance of the two parts.
 
     python experiments/aggretriever-full-width/dev_parts.py MODEL [MODEL ...] [--weights 0.5 1 2 4 ...]
 
-Every query (32 tokens) and candidate passage (256 tokens, as scripts/dev_rerank.py) is encoded once per model by
-the torch model in float32; the vectors are kept under --out/<parent>-<model folder name>.npz, so a second call (another
-grid of weights) encodes nothing. Printed per model and set: nDCG@10 of the concatenated vector, of the semantic
-part alone, of the lexical part alone, and of `w x semantic + lexical` for each --weights w (the semantic part's
-inner products relative to the saved folder's; w = 1 is the concatenation). --lexical-from takes the lexical part
-from another folder (a second body beside the first one's semantic part).
+Every query (32 tokens, or --query-length) and candidate passage (256 tokens, as scripts/dev_rerank.py) is encoded
+once per model by the torch model in float32; the vectors are kept under --out/<parent>-<model folder name>.npz, so
+a second call (another grid of weights) encodes nothing. Printed per model and set: nDCG@10 of the concatenated
+vector, of the semantic part alone, of the lexical part alone, and of `w x semantic + lexical` for each --weights w
+(the semantic part's inner products relative to the saved folder's; w = 1 is the concatenation). --lexical-from
+takes the lexical part from another folder (a second body beside the first one's semantic part).
 """
 from __future__ import annotations
 
@@ -50,16 +50,31 @@ def dev_sets(cache: Path) -> dict[str, tuple[DistillationSet, list[int]]]:
             "SciFact train": (training, labelled_indices(training))}
 
 
-def vectors_of(folder: Path, sets: dict, out: Path) -> tuple[dict[str, np.ndarray], int]:
+def vectors_of(folder: Path, sets: dict, out: Path, query_length: int = 32) -> tuple[dict[str, np.ndarray], int]:
     """{"q:<text>" / "p:<docid>": vector} of every dev query and candidate, and the semantic part's width."""
     model = Aggretriever.from_pretrained(folder).eval()
     # keyed by the folder and its parent: candidates are all saved as <name>/model
-    path = out / f"{folder.resolve().parent.name}-{folder.name}.npz"
-    if path.is_file():
-        stored = np.load(path, allow_pickle=False)
-        return dict(zip(stored["keys"].tolist(), stored["vectors"])), model.config.cls_dim
+    key = f"{folder.resolve().parent.name}-{folder.name}"
     tokenizer = AutoTokenizer.from_pretrained(folder)
     queries = sorted({data.queries[i].text for data, indices in sets.values() for i in indices})
+    vectors = cached(out / f"{key}.npz", lambda: encoded(model, tokenizer, queries, sets, folder))
+    if query_length != 32:  # queries at another length beside the passages already encoded
+        vectors |= cached(out / f"{key}-q{query_length}.npz", lambda: {
+            f"q:{t}": v for t, v in zip(queries, encode(model, tokenizer, queries, query_length, "queries"))})
+    return vectors, model.config.cls_dim
+
+
+def cached(path: Path, make) -> dict[str, np.ndarray]:
+    if path.is_file():
+        stored = np.load(path, allow_pickle=False)
+        return dict(zip(stored["keys"].tolist(), stored["vectors"]))
+    vectors = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, keys=np.array(list(vectors)), vectors=np.stack(list(vectors.values())))
+    return vectors
+
+
+def encoded(model: Aggretriever, tokenizer, queries: list[str], sets: dict, folder: Path) -> dict[str, np.ndarray]:
     passages = {}
     for data, indices in sets.values():
         for i in indices:
@@ -70,10 +85,7 @@ def vectors_of(folder: Path, sets: dict, out: Path) -> tuple[dict[str, np.ndarra
     p = encode(model, tokenizer, [passages[d] for d in docids], 256, f"{folder.name} passages")
     print(f"{folder}: {len(queries)} queries, {len(docids)} passages encoded in {time.perf_counter() - start:.0f} s",
           flush=True)
-    keys = [f"q:{t}" for t in queries] + [f"p:{d}" for d in docids]
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(path, keys=np.array(keys), vectors=np.concatenate([q, p]))
-    return dict(zip(keys, np.concatenate([q, p]))), model.config.cls_dim
+    return dict(zip([f"q:{t}" for t in queries] + [f"p:{d}" for d in docids], np.concatenate([q, p])))
 
 
 def part_scores(vectors: dict[str, np.ndarray], cls_dim: int, data: DistillationSet, indices: list[int]
@@ -93,6 +105,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/exp-afw/dev-vectors"))
     parser.add_argument("--weights", type=float, nargs="*", default=[])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--query-length", type=int, default=32, help="query tokens (passages stay at 256)")
     parser.add_argument("--lexical-from", type=Path,
                         help="another Aggretriever folder whose lexical part replaces each model's (two bodies)")
     args = parser.parse_args()
@@ -100,9 +113,9 @@ def main() -> None:
     sets = dev_sets(args.cache)
     print(f"{'teacher ensemble':<52}" + "  ".join(f"{name} {rerank_ndcg(data, data.ensemble(), idx):.4f}"
                                                  for name, (data, idx) in sets.items()), flush=True)
-    other = vectors_of(args.lexical_from, sets, args.out) if args.lexical_from else None
+    other = vectors_of(args.lexical_from, sets, args.out, args.query_length) if args.lexical_from else None
     for folder in args.models:
-        vectors, cls_dim = vectors_of(folder, sets, args.out)
+        vectors, cls_dim = vectors_of(folder, sets, args.out, args.query_length)
         rows: dict[str, list[float]] = {}
         for data, indices in sets.values():
             semantic, lexical = part_scores(vectors, cls_dim, data, indices)

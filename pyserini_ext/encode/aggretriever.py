@@ -32,7 +32,7 @@ from pyserini_ext.models.aggretriever import Aggretriever, aggregate
 from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
-QUERY_MAX_LENGTH = 32  # as trained and as Pyserini encodes queries
+QUERY_MAX_LENGTH = 32  # pre-encoded queries only; a model's own limit is its config's query_max_length
 
 _IDS, _MASK = torch.tensor([[101, 7592, 2088, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
 BODY = OnnxGraph("aggretriever-body", (_IDS, _MASK), ("input_ids", "attention_mask"), ("cls", "rows", "weights"),
@@ -161,7 +161,7 @@ class AggretrieverQueryEncoder(QueryEncoder):
     """Query side; pre-encoded queries (`encoded_query_dir`) load as for any Pyserini query encoder.
 
     The query length is `max_length` if given, else an explicit `--max-length` of the Pyserini command that
-    built this encoder, else 32.
+    built this encoder, else the model's `query_max_length` (32 for Pyserini-layout checkpoints, as Pyserini).
     """
 
     def __init__(self, encoder_dir: str | None = None, tokenizer_name: str | None = None,
@@ -170,12 +170,14 @@ class AggretrieverQueryEncoder(QueryEncoder):
                  threads: int | None = None, onnx_dir: str | None = None,
                  position_chunk: int | None = None, **kwargs):
         super().__init__(encoded_query_dir)
-        self.max_length = max_length or arguments.cli_max_length() or QUERY_MAX_LENGTH
+        model_length = QUERY_MAX_LENGTH
         if encoder_dir:
             precision = precision or ("float16" if fp16 and backend == "torch" else "float32")
             runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)
             self._encoder = _AggretrieverEncoder(encoder_dir, tokenizer_name, runtime)
             self.has_model = True
+            model_length = self._encoder.config.query_max_length
+        self.max_length = max_length or arguments.cli_max_length() or model_length
         if not self.has_model and not self.has_encoded_query:
             raise ValueError("AggretrieverQueryEncoder needs a model (encoder_dir) or pre-encoded queries "
                              "(encoded_query_dir)")

@@ -65,6 +65,9 @@ class AggretrieverConfig:
     # cosines): with an identity-initialised projection (`identity_semantic_head`) the semantic part is the body's
     # own sentence vector, and the projection's scale alone sets its weight against the lexical part
     dense_normalize: bool = False
+    # the query encoder's token limit when a command gives none: 32 as Pyserini encodes the released checkpoints'
+    # queries; our full-width models keep the whole query (the body's limit), chosen on the development sets
+    query_max_length: int = 32
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -73,6 +76,8 @@ class AggretrieverConfig:
             raise ValueError(f"unknown dense_pooling {self.dense_pooling!r}; known: {', '.join(DENSE_POOLINGS)}")
         if self.agg_dim <= 0 or self.cls_dim < 0:
             raise ValueError(f"agg_dim must be > 0 and cls_dim >= 0, got {self.agg_dim}, {self.cls_dim}")
+        if self.query_max_length < 2:
+            raise ValueError(f"query_max_length must be >= 2 ([CLS] plus one token), got {self.query_max_length}")
 
 
 def slice_layout(vocab_size: int, width: int) -> int:

@@ -33,7 +33,8 @@ MODELS = ("deepct", "aggretriever", "aligner")
 # the Aggretriever default before issue 46 (128-dim [CLS] projection + agg+, Pyserini's layout) stays shipped as
 # resources/models/aggretriever-minilm for indexes built with it; its recipe is in its training_log.json
 FOLDERS = {"deepct": "deepct-splade-tiny", "aggretriever": "aggretriever-minilm-fullwidth", "aligner": "aligner-minilm"}
-FULL_WIDTH = AggretrieverConfig(cls_dim=384, pooling="agg+", dense_pooling="mean", dense_normalize=True)
+FULL_WIDTH = AggretrieverConfig(cls_dim=384, pooling="agg+", dense_pooling="mean", dense_normalize=True,
+                                query_max_length=512)
 
 
 @dataclass
