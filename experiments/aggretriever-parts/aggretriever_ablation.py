@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--split", default="test")
     parser.add_argument("--recall-level", type=int)
+    parser.add_argument("--query-length", type=int, help="query tokens (default: the model's query_max_length)")
     args = parser.parse_args()
     dataset = load_dataset(args.dataset)
     topics = dataset.split_queries(args.split)
@@ -48,7 +49,7 @@ def main() -> None:
     docids = (Path(args.index) / "docid").read_text().split("\n")[:index.ntotal]
     config = Aggretriever.from_pretrained(args.model).config
     cls_dim = config.cls_dim
-    encoder = AggretrieverQueryEncoder(args.model)
+    encoder = AggretrieverQueryEncoder(args.model, max_length=args.query_length)
     queries = np.stack([encoder.encode(topics[q]) for q in qids]).astype(np.float32)
     semantic = "semantic part" if config.dense_pooling == "mean" else "[CLS] part"
     parts = {"concat": slice(None), semantic: slice(0, cls_dim), f"{config.pooling} part": slice(cls_dim, None)}
