@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--pooling", default="agg+")
     parser.add_argument("--lexical-teacher", metavar="TEACHER=W,...",
                         help="the lexical part's loss distils this weighting of the teachers, e.g. splade=0.7,bm25=0.3")
+    parser.add_argument("--query-length", type=int, default=32, help="training queries' tokens")
     parser.add_argument("--steps", type=int, default=976)
     parser.add_argument("--lr", type=float, default=1e-3, help="parameters under encoder.: the body, the MLM head")
     parser.add_argument("--head-lr", type=float, default=1e-3)
@@ -46,11 +47,12 @@ def main() -> None:
     lexical = {k: float(v) for k, v in (p.split("=") for p in args.lexical_teacher.split(","))} \
         if args.lexical_teacher else None
     architecture = None if args.start else AggretrieverConfig(
-        cls_dim=384, pooling=args.pooling, dense_pooling="mean", dense_normalize=True)
+        cls_dim=384, pooling=args.pooling, dense_pooling="mean", dense_normalize=True, query_max_length=512)
     model = AggretrieverModelConfig(args.start or "all-minilm-l6-v2", architecture=architecture, heads="lexical",
                                     store_dtype="float16", freeze_body=not args.train_body,
                                     semantic_scale=args.semantic_scale, saved_semantic_scale=args.saved_semantic_scale,
-                                    untie_decoder=args.untie_decoder, lexical_teacher_weights=lexical)
+                                    untie_decoder=args.untie_decoder, lexical_teacher_weights=lexical,
+                                    query_max_length=args.query_length)
     train = TrainConfig(learning_rate=args.lr, head_learning_rate=args.head_lr, max_steps=args.steps,
                         warmup_ratio=0.05, batch_size=8, group_size=3, precision=args.precision, checkpoint_every=50)
     print(f"training into {train_model('aggretriever', data, work / 'model', work, Recipe(model, train))}", flush=True)
