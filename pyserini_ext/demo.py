@@ -13,7 +13,8 @@ Steps (each printed as the exact command it runs, with its progress bar; all out
 The model is the shipped trained Aggretriever (the bare name `aggretriever`, see resources/models/); `--model
 lexical-only` builds the untrained lexical-only model instead (splade-tiny backbone, term weight fixed to 1,
 [CLS] projection zeroed: pure MLM lexical matching), and `--model FOLDER` uses any Aggretriever folder.
-Finished steps are kept in the work folder and reused; `--fresh` redoes everything.
+Finished steps are kept in the work folder and reused (the Aggretriever's under a hash of the model folder's files);
+`--fresh` redoes everything.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pyserini_ext.data import load_dataset, write_json_collection, write_topics,
 from pyserini_ext.evaluation import evaluate
 from pyserini_ext.index.lucene import lucene_index_command
 from pyserini_ext.models.folder import resolve_model
+from pyserini_ext.repro.runner import model_tag
 
 SHIPPED_MODEL = "aggretriever"
 LEXICAL_ONLY = "lexical-only"
@@ -136,7 +138,10 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: str, max_leng
         document_encoder = ["--encoder", model, "--encoder-class", document_encoder_class]
         query_encoder = ["--encoder", model, "--encoder-class", "aggretriever"]
 
-    bm25_index, agg_index = work / "index.bm25", work / "index.aggretriever"
+    # the Aggretriever's outputs are named by a hash of the model folder's files (as `make report` names them), so a
+    # changed model (retrained, or another query length in its config) is never answered from an older model's run
+    tag = model_tag(Path(resolve_model(model, "aggretriever")))
+    bm25_index, agg_index = work / "index.bm25", work / f"index.aggretriever.{tag}"
     run_step(lucene_index_command(collection, bm25_index, threads, store_positions=True, store_docvectors=True),
              bm25_index, log)
     run_step([py, "-m", "pyserini.encode",
@@ -148,9 +153,9 @@ def run_pipeline(dataset_name: str, split: str, work: Path, model: str, max_leng
 
     runs = {
         "BM25": work / "run.bm25.txt",
-        "Aggretriever": work / "run.aggretriever.txt",
-        "Hybrid (pyserini.search.hybrid)": work / "run.hybrid.txt",
-        "RRF (pyserini.fusion)": work / "run.rrf.txt",
+        "Aggretriever": work / f"run.aggretriever.{tag}.txt",
+        "Hybrid (pyserini.search.hybrid)": work / f"run.hybrid.{tag}.txt",
+        "RRF (pyserini.fusion)": work / f"run.rrf.{tag}.txt",
     }
     run_step([py, "-m", "pyserini.search.lucene", "--index", str(bm25_index), "--topics", str(topics),
               "--output", str(runs["BM25"]), "--bm25", "--hits", "1000", "--threads", str(threads),

@@ -8,6 +8,7 @@ import pytest
 
 from pyserini_ext.demo import LEXICAL_ONLY, run_pipeline
 from pyserini_ext.evaluation import evaluate, read_trec_run, write_trec_run
+from pyserini_ext.repro.runner import model_tag
 
 SUBSET_DOCS = 800
 
@@ -53,6 +54,13 @@ def test_demo_model_beats_random_ranking_by_far(pipeline, scifact_subset, tmp_pa
     assert agg["ndcg_cut_10"] > 0.45 and agg["ndcg_cut_10"] > 10 * random_scores["ndcg_cut_10"]
     assert agg["recall_100"] > 0.8
     assert bm25["ndcg_cut_10"] > 0.5  # sanity of the sparse side on the same subset
+
+
+def test_outputs_are_named_by_the_model_files(pipeline):
+    _, runs = pipeline  # a changed model folder gets new runs, never an older model's
+    tag = model_tag(runs["Aggretriever"].parent / "aggretriever-lexical-only")
+    assert all(path.name == f"run.{kind}.{tag}.txt" for kind, path in
+               zip(("aggretriever", "hybrid", "rrf"), list(runs.values())[1:]))
 
 
 @pytest.mark.parametrize("name", ["Hybrid (pyserini.search.hybrid)", "RRF (pyserini.fusion)"])
