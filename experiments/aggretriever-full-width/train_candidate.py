@@ -34,7 +34,8 @@ def main() -> None:
     parser.add_argument("--lexical-teacher", metavar="TEACHER=W,...",
                         help="the lexical part's loss distils this weighting of the teachers, e.g. splade=0.7,bm25=0.3")
     parser.add_argument("--query-length", type=int, default=32, help="training queries' tokens")
-    parser.add_argument("--steps", type=int, default=976)
+    parser.add_argument("--steps", type=int, default=976, help="optimiser steps (976: one epoch)")
+    parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=1e-3, help="parameters under encoder.: the body, the MLM head")
     parser.add_argument("--head-lr", type=float, default=1e-3)
     parser.add_argument("--precision", default="bf16")
@@ -54,7 +55,8 @@ def main() -> None:
                                     untie_decoder=args.untie_decoder, lexical_teacher_weights=lexical,
                                     query_max_length=args.query_length)
     train = TrainConfig(learning_rate=args.lr, head_learning_rate=args.head_lr, max_steps=args.steps,
-                        warmup_ratio=0.05, batch_size=8, group_size=3, precision=args.precision, checkpoint_every=50)
+                        warmup_ratio=0.05, epochs=args.epochs, batch_size=8, group_size=3,
+                        precision=args.precision, checkpoint_every=50)
     print(f"training into {train_model('aggretriever', data, work / 'model', work, Recipe(model, train))}", flush=True)
 
 
