@@ -28,6 +28,8 @@ from pyserini_ext.train.distill import DistillationSet, DistillDataConfig, build
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devsets import labelled_indices, rerank_ndcg, triples_development_set  # noqa: E402
 
+QUERY_LENGTH = 32  # as the models train (the cached vectors' query length)
+
 
 def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int, desc: str) -> np.ndarray:
     from tqdm.auto import tqdm
@@ -50,7 +52,8 @@ def dev_sets(cache: Path) -> dict[str, tuple[DistillationSet, list[int]]]:
             "SciFact train": (training, labelled_indices(training))}
 
 
-def vectors_of(folder: Path, sets: dict, out: Path, query_length: int = 32) -> tuple[dict[str, np.ndarray], int]:
+def vectors_of(folder: Path, sets: dict, out: Path, query_length: int = QUERY_LENGTH
+               ) -> tuple[dict[str, np.ndarray], int]:
     """{"q:<text>" / "p:<docid>": vector} of every dev query and candidate, and the semantic part's width."""
     model = Aggretriever.from_pretrained(folder).eval()
     # keyed by the folder and its parent: candidates are all saved as <name>/model
@@ -58,7 +61,7 @@ def vectors_of(folder: Path, sets: dict, out: Path, query_length: int = 32) -> t
     tokenizer = AutoTokenizer.from_pretrained(folder)
     queries = sorted({data.queries[i].text for data, indices in sets.values() for i in indices})
     vectors = cached(out / f"{key}.npz", lambda: encoded(model, tokenizer, queries, sets, folder))
-    if query_length != 32:  # queries at another length beside the passages already encoded
+    if query_length != QUERY_LENGTH:  # queries at another length beside the passages already encoded
         vectors |= cached(out / f"{key}-q{query_length}.npz", lambda: {
             f"q:{t}": v for t, v in zip(queries, encode(model, tokenizer, queries, query_length, "queries"))})
     return vectors, model.config.cls_dim
@@ -81,7 +84,7 @@ def encoded(model: Aggretriever, tokenizer, queries: list[str], sets: dict, fold
             passages.update({d: document_text(data.corpus[d]) for d in data.candidates[i]})
     docids = sorted(passages)
     start = time.perf_counter()
-    q = encode(model, tokenizer, queries, 32, f"{folder.name} queries")
+    q = encode(model, tokenizer, queries, QUERY_LENGTH, f"{folder.name} queries")
     p = encode(model, tokenizer, [passages[d] for d in docids], 256, f"{folder.name} passages")
     print(f"{folder}: {len(queries)} queries, {len(docids)} passages encoded in {time.perf_counter() - start:.0f} s",
           flush=True)
@@ -105,7 +108,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/exp-afw/dev-vectors"))
     parser.add_argument("--weights", type=float, nargs="*", default=[])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--query-length", type=int, default=32, help="query tokens (passages stay at 256)")
+    parser.add_argument("--query-length", type=int, default=QUERY_LENGTH, help="query tokens (passages stay at 256)")
     parser.add_argument("--lexical-from", type=Path,
                         help="another Aggretriever folder whose lexical part replaces each model's (two bodies)")
     args = parser.parse_args()

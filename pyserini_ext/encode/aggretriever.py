@@ -28,11 +28,12 @@ from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
 from pyserini_ext.integration import arguments
-from pyserini_ext.models.aggretriever import Aggretriever, aggregate
+from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, aggregate
 from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
 DOCUMENT_MAX_LENGTH = 512  # as the prebuilt MS MARCO index was built
-QUERY_MAX_LENGTH = 32  # pre-encoded queries only; a model's own limit is its config's query_max_length
+# pre-encoded queries only; a model's own limit is its config's query_max_length
+QUERY_MAX_LENGTH = AggretrieverConfig.query_max_length
 
 _IDS, _MASK = torch.tensor([[101, 7592, 2088, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
 BODY = OnnxGraph("aggretriever-body", (_IDS, _MASK), ("input_ids", "attention_mask"), ("cls", "rows", "weights"),
