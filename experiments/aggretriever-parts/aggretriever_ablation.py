@@ -40,6 +40,9 @@ def main() -> None:
     parser.add_argument("--split", default="test")
     parser.add_argument("--recall-level", type=int)
     parser.add_argument("--query-length", type=int, help="query tokens (default: the model's query_max_length)")
+    parser.add_argument("--semantic-weight", type=float, default=1.0,
+                        help="the semantic part's inner products x this in the concatenation: the model saved at "
+                             "sqrt(this) x its semantic scale, without re-encoding the passages")
     args = parser.parse_args()
     dataset = load_dataset(args.dataset)
     topics = dataset.split_queries(args.split)
@@ -51,6 +54,7 @@ def main() -> None:
     cls_dim = config.cls_dim
     encoder = AggretrieverQueryEncoder(args.model, max_length=args.query_length)
     queries = np.stack([encoder.encode(topics[q]) for q in qids]).astype(np.float32)
+    queries[:, :cls_dim] *= args.semantic_weight  # the passages' side unchanged: their inner products x the weight
     semantic = "semantic part" if config.dense_pooling == "mean" else "[CLS] part"
     parts = {"concat": slice(None), semantic: slice(0, cls_dim), f"{config.pooling} part": slice(cls_dim, None)}
     qrels = dataset.qrels(args.split)
