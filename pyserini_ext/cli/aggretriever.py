@@ -61,7 +61,7 @@ class AggretrieverTrainOptions(TrainingOptions):
     semantic_scale: float | None = option(None, help="a full-width model's identity semantic projection, frozen at "
                                                      "this scale in training (the default model: 2.5)")
     saved_semantic_scale: float | None = option(None, help="with --semantic-scale: the scale written into the "
-                                                           "output (the parts' balance; the default model: 3.54)")
+                                                           "output (the parts' balance; the default model: 5)")
 
 
 @dataclass(kw_only=True)

@@ -51,11 +51,12 @@ RECIPES = {
     # Full width (issue 46): the semantic part is MiniLM's own sentence vector (mean-pooled, L2-normalised, 384 dims)
     # through a frozen identity projection, the lexical part agg+ 640 from the tied MLM head; the body stays frozen, so
     # only the MLM head's transform and bias and the term weights learn (976 steps under bf16 autocast). The semantic
-    # scale: 2.5 in training (the teacher ensemble's score spread against MiniLM's cosines), saved at 2.5 sqrt(2): the
-    # parts' balance chosen on the development sets (experiments/aggretriever-full-width)
+    # scale: 2.5 in training (the teacher ensemble's score spread against MiniLM's cosines), saved at 5 (the semantic
+    # part's inner products 4 x their training weight): the parts' balance chosen on the development sets, the
+    # held-out pseudo-queries included (experiments/aggretriever-full-width)
     "aggretriever": Recipe(AggretrieverModelConfig("all-minilm-l6-v2", architecture=FULL_WIDTH, heads="lexical",
                                                    store_dtype="float16", freeze_body=True, semantic_scale=2.5,
-                                                   saved_semantic_scale=2.5 * 2 ** 0.5),
+                                                   saved_semantic_scale=5.0),
                            TrainConfig(learning_rate=1e-3, head_learning_rate=1e-3, max_steps=976, warmup_ratio=0.05,
                                        batch_size=8, group_size=3, precision="bfloat16", checkpoint_every=50)),
     # MiniLM body (6 x 384) and the unpruned loss term; 240 steps fit make models' CPU time (experiments/aligner-recipe)
@@ -133,14 +134,15 @@ SUMMARIES = {
               "occurrence, a repeated word's occurrences added (`--mode sqrt --merge sum`).",
     "aggretriever": "Aggretriever at full width (1,024 dims: a 384-dim semantic part, then agg+ 640; inner "
                     "product). The semantic part is all-MiniLM-L6-v2's own sentence vector (mean-pooled over the "
-                    "text's tokens, L2-normalised, as sentence-transformers runs it) times 2.5 sqrt(2), through an "
+                    "text's tokens, L2-normalised, as sentence-transformers runs it) times 5, through an "
                     "identity projection (`dense_pooling` mean, `dense_normalize`, `cls_proj` in "
                     "aggretriever_config.json and the weights); the lexical part is agg+ (slice max-pooled MLM "
                     "distributions) from an MLM head tied to the body's word embeddings. The body is frozen: only "
                     "the MLM head's transform and bias and the term weights were distilled from the teacher ensemble "
                     "(listwise KL over each query's candidates + in-batch NLL, on the concat and 0.5 x on each "
                     "part), with the semantic part at scale 2.5; the saved scale (the parts' balance) was chosen on "
-                    "the development sets (MS MARCO triples sample, SciFact train; docs/training.md). "
+                    "the development sets (MS MARCO triples sample, SciFact train, and inverse-cloze pseudo-queries on "
+                    "Cranfield's and Vaswani's corpora, which no trainer sees; docs/training.md). "
                     "Weights stored in float16. Queries are read whole (`query_max_length` 512 in "
                     "aggretriever_config.json, the body's limit; trained on 32-token queries): chosen on the "
                     "development sets, where it lifts SciFact train from 0.7350 to 0.7373.",
