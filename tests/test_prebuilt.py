@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +48,23 @@ def test_pack_then_download_gives_the_same_index(lucene_index, tmp_path, monkeyp
     hits = _top_hits(path)
     assert len(hits) == 5 and hits == _top_hits(lucene_index)
     assert download_prebuilt("scifact-subset-bm25", catalogue) == path  # cached, no second fetch
+
+
+def test_packing_is_reproducible(lucene_index, tmp_path):
+    """The same index files give the same archive bytes (no timestamps or owners in it), so a rebuilt prebuilt
+    index of a deterministic encoding keeps its catalogue md5."""
+    copy = tmp_path / "copy"
+    shutil.copytree(lucene_index, copy)
+    for path in copy.rglob("*"):
+        os.utime(path, (1_700_000_000, 1_700_000_000))  # other timestamps than the original's
+    first = pack_index(lucene_index, "idx", tmp_path / "a")
+    second = pack_index(copy, "idx", tmp_path / "b")
+    assert first["md5"] == second["md5"] and first["size_bytes"] == second["size_bytes"]
+    with tarfile.open(tmp_path / "a" / "idx.tar.gz") as tar:
+        members = tar.getmembers()
+    assert members[0].name == "idx" and {(m.mtime, m.uname) for m in members} == {(0, "")}
+    assert sorted(m.name for m in members if m.isfile()) == sorted(
+        f"idx/{p.relative_to(lucene_index)}" for p in Path(lucene_index).rglob("*") if p.is_file())
 
 
 def test_corrupt_download_is_refused_and_leaves_nothing(lucene_index, tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ an index. Searching one of our indexes with another model than the one that buil
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import http.client
 import json
@@ -140,6 +141,11 @@ def _lucene_stats(index_dir: Path) -> dict:
     return {k: int(stats[k]) for k in ("documents", "unique_terms", "total_terms")}
 
 
+def _normalised(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    member.mtime, member.uid, member.gid, member.uname, member.gname = 0, 0, 0, "", ""
+    return member
+
+
 def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLike, urls: list[str] | None = None,
                description: str = "", catalogue: str | os.PathLike | None = None, kind: str | None = None,
                model: str | os.PathLike | None = None, texts: str | None = None) -> dict:
@@ -156,8 +162,12 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
     if kind not in PYSERINI_INFO:
         raise PrebuiltIndexError(f"unknown index kind {kind!r}; known: {', '.join(PYSERINI_INFO)}")
     tarball = Path(out_dir) / f"{name}.tar.gz"
-    with atomic_output(tarball, overwrite=True) as partial, tarfile.open(partial, "w:gz") as tar:
-        tar.add(index_dir, arcname=name)
+    # reproducible archive: no timestamps or owners, so the same index files always give the same md5 (Faiss indexes
+    # of a deterministic encoding do; Lucene writes random segment ids, so its bytes differ between builds anyway)
+    with atomic_output(tarball, overwrite=True) as partial, open(partial, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(index_dir, arcname=name, filter=_normalised)
     record = {"description": description, "filename": tarball.name, "kind": kind,
               "urls": urls if urls is not None else [tarball.resolve().as_uri()], "md5": md5sum(tarball),
               "size_bytes": tarball.stat().st_size,
