@@ -162,8 +162,8 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
     if kind not in PYSERINI_INFO:
         raise PrebuiltIndexError(f"unknown index kind {kind!r}; known: {', '.join(PYSERINI_INFO)}")
     tarball = Path(out_dir) / f"{name}.tar.gz"
-    # reproducible archive: no timestamps or owners, so the same index files always give the same md5 (Faiss indexes
-    # of a deterministic encoding do; Lucene writes random segment ids, so its bytes differ between builds anyway)
+    # no timestamps or owners in the archive: its md5 depends on the index files alone (a rebuilt index still
+    # differs: Lucene writes random segment ids, and encodings vary in their last float bits between runs)
     with atomic_output(tarball, overwrite=True) as partial, open(partial, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
