@@ -23,8 +23,8 @@ def _raise_interrupt(signum, frame):
 @contextlib.contextmanager
 def interrupts_as_exceptions() -> Iterator[None]:
     """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread while the block runs, so that `finally`
-    clauses run. Needed where a JVM was started without `-Xrs` (outside our hook), whose handlers exit the
-    process at once; the previous handlers are put back afterwards."""
+    clauses run: Python's own SIGTERM ends the process at once, and so would the handlers of a JVM started
+    without `-Xrs` (outside our hook). The previous handlers are put back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

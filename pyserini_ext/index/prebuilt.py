@@ -166,7 +166,7 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
     # differs: Lucene writes random segment ids, and encodings vary in their last float bits between runs)
     with atomic_output(tarball, overwrite=True) as partial, open(partial, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
-            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tarfile.open(fileobj=zipped, mode="w") as tar:
         tar.add(index_dir, arcname=name, filter=_normalised)
     record = {"description": description, "filename": tarball.name, "kind": kind,
               "urls": urls if urls is not None else [tarball.resolve().as_uri()], "md5": md5sum(tarball),

@@ -23,7 +23,9 @@ def install(setup_module) -> None:
             original(*args, **kwargs)
             if not jnius_config.vm_running:
                 options = java_bridge.filter_jvm_options(jnius_config.get_options())
-                jnius_config.set_options(*options, *([] if REDUCE_SIGNALS in options else [REDUCE_SIGNALS]))
+                if REDUCE_SIGNALS not in options:
+                    options.append(REDUCE_SIGNALS)
+                jnius_config.set_options(*options)
 
         return configure_classpath
 
