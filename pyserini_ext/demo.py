@@ -213,4 +213,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pyserini_ext.cli.__main__ import one_line_errors
+
+    sys.exit(one_line_errors(main))  # a missing dataset or model: one line, as every pyserini-ext command

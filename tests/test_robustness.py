@@ -487,6 +487,16 @@ def test_errors_are_one_line_with_exit_code_2_and_tracebacks_on_request(tmp_path
     assert "Traceback" in env_debug.stderr
 
 
+def test_demo_without_its_dataset_is_one_line(tmp_path):
+    """`make demo` on a machine with neither the dataset nor a network: one line naming the dataset, exit 2."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSERINI_EXT_DATA": str(tmp_path / "data")}
+    env.pop("PYSERINI_EXT_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-m", "pyserini_ext.demo", "--dataset", "no-such-dataset", "--workdir",
+                           str(tmp_path / "work")], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("pyserini-ext: error: dataset 'no-such-dataset' not found")
+
+
 def test_existing_runs_and_exports_are_refused_without_overwrite(tmp_path, capsys, deepct_index):
     topics = tmp_path / "topics.tsv"
     topics.write_text("q1\tinsulin resistance\n")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 
 from pyserini_ext.errors import PyseriniExtError
 
@@ -50,14 +51,14 @@ def run(argv: list[str]) -> int:
     return module.main(argv[1:]) or 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = DEBUG_FLAG in argv or os.environ.get("PYSERINI_EXT_DEBUG", "") not in ("", "0")
-    argv = [a for a in argv if a != DEBUG_FLAG]
+def one_line_errors(call: Callable[[], int], debug: bool = False) -> int:
+    """`call()`'s exit status, its errors as one line each on stderr (the traceback only when `debug`): used by
+    `pyserini-ext` and `python -m pyserini_ext.demo`."""
+    debug = debug or os.environ.get("PYSERINI_EXT_DEBUG", "") not in ("", "0")
     if debug:
-        return run(argv)
+        return call()
     try:
-        return run(argv)
+        return call()
     except USER_ERRORS as e:
         print(f"pyserini-ext: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -68,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pyserini-ext: internal error ({type(e).__name__}: {_one_line(e)}); rerun with {DEBUG_FLAG} "
               "or PYSERINI_EXT_DEBUG=1 for the traceback and report it", file=sys.stderr)
         return EXIT_BUG
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in argv
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    return one_line_errors(lambda: run(argv), debug)
 
 
 if __name__ == "__main__":
