@@ -5,87 +5,20 @@ Each side runs in its own fresh subprocess (one after the other, same thread cou
 side's alone. Prints passages/s, peak RSS and the growth of RSS during encoding, the speed-up over Pyserini, and
 the max abs difference of the vectors from Pyserini's.
 
-    .venv/bin/python bench/bench_aggretriever.py --passages 1000 --max-length 256 --batch-size 32
+    python -m bench.bench_aggretriever --passages 1000 --max-length 256 --batch-size 32
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-# side -> our encoder's options (None: Pyserini's encoder)
-SIDES = {
-    "pyserini": None,
-    "ours torch fp32": {"backend": "torch"},
-    "ours onnx fp32": {"backend": "onnx"},
-    "ours torch bf16": {"backend": "torch", "precision": "bfloat16"},
-    "ours onnx int8": {"backend": "onnx", "precision": "int8"},
-}
-
-
-def runnable(sides: dict) -> dict:
-    """`sides` less the bfloat16 ones where this CPU has no bfloat16 kernels: our encoders run float32 there (with
-    a warning), so such a row would only repeat the float32 one under a wrong name."""
-    from pyserini_ext import hardware
-
-    if hardware.native_bfloat16("cpu"):
-        return sides
-    skipped = [name for name, options in sides.items() if (options or {}).get("precision") == "bfloat16"]
-    print(f"skipped {', '.join(skipped)}: this CPU has no bfloat16 kernels (see pyserini_ext/hardware.py)")
-    return {name: options for name, options in sides.items() if name not in skipped}
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def demo_model(folder: Path) -> str:
-    """The lexical-only splade-tiny Aggretriever of `make demo` (untrained heads, meaningful vectors)."""
-    from transformers import AutoTokenizer
-
-    from pyserini_ext.models.aggretriever import from_masked_lm
-    from pyserini_ext.models.backbones import backbone_path
-
-    backbone = backbone_path("splade-tiny")
-    return str(from_masked_lm(backbone, constant_term_weight=1.0, zero_cls=True)
-               .save_pretrained(folder, AutoTokenizer.from_pretrained(backbone)))
-
-
-def pyserini_encoder(model_dir: str, side: str = "document"):
-    """Pyserini's Aggretriever{Document,Query}Encoder with our checkpoint's weights (its own loader fails on
-    transformers 5, so the model is built from the config and given the state dict)."""
-    from pyserini.encode import _aggretriever as agg
-    from transformers import AutoConfig, AutoTokenizer
-
-    from pyserini_ext.models.aggretriever import _read_state_dict
-    from pyserini_ext.models.folder import open_model_folder
-
-    config = AutoConfig.from_pretrained(model_dir, output_hidden_states=True)
-    model = agg.BertAggretrieverEncoder(config)
-    loaded = model.load_state_dict(_read_state_dict(open_model_folder(model_dir, "aggretriever").weights), strict=False)
-    # our folders store a tied output projection once (as safetensors does); Pyserini's model ties it to the word
-    # embeddings itself, so that key alone may be absent
-    tied = {f"encoder.{name}" for name, p in model.encoder.named_parameters(remove_duplicate=False)
-            if p is model.encoder.get_output_embeddings().weight}
-    if set(loaded.missing_keys) - tied or loaded.unexpected_keys:
-        raise SystemExit(f"{model_dir}: weights do not fit Pyserini's model: {loaded}")
-    cls = agg.AggretrieverDocumentEncoder if side == "document" else agg.AggretrieverQueryEncoder
-    encoder = cls.__new__(cls)
-    encoder.model, encoder.device, encoder.has_model = model.eval(), "cpu", True
-    encoder.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return encoder
+from bench.common import SIDES, demo_model, memory_mb, pyserini_encoder, run_side, runnable, write_json
 
 
 def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size: int, threads: int,
@@ -108,7 +41,7 @@ def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size
     if options is not None:
         encoder.encode([" ".join(["warm-up"] * max_length)], max_length=max_length)
     warm_up = time.perf_counter() - warm_up
-    rss_before = rss_mb()
+    rss_before = memory_mb("VmRSS")
     vectors = []
     start = time.perf_counter()
     with torch.no_grad():
@@ -121,11 +54,6 @@ def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     Path(out + ".json").write_text(json.dumps({"seconds": seconds, "passages": len(docs), "peak_rss_mb": peak,
                                                "encode_growth_mb": peak - rss_before, "warm_up_s": warm_up}))
-
-
-def run_side(script: str, side: str, threads: int, extra: list[str]) -> None:
-    subprocess.run([sys.executable, script, "--worker", side, "--threads", str(threads), *extra], check=True,
-                   env={**os.environ, "OMP_NUM_THREADS": str(threads)})
 
 
 def main() -> None:
@@ -163,9 +91,9 @@ def main() -> None:
             for i, side in enumerate(sides):
                 out = str(Path(tmp) / f"side{i}")
                 chunk = ["--position-chunk", str(args.position_chunk)] if args.position_chunk else []
-                run_side(__file__, side, args.threads, [*chunk, "--model", model_dir, "--out", out, "--passages",
-                                                        str(args.passages), "--max-length", str(args.max_length),
-                                                        "--batch-size", str(args.batch_size)])
+                run_side("bench_aggretriever", side, args.threads, [
+                    *chunk, "--model", model_dir, "--out", out, "--passages", str(args.passages), "--max-length",
+                    str(args.max_length), "--batch-size", str(args.batch_size)])
                 run = json.loads(Path(out + ".json").read_text())
                 if round_ == 0:
                     results[side] = run | {"vectors": np.load(out + ".npy"), "all_seconds": []}
@@ -189,10 +117,8 @@ def main() -> None:
         row = rows[side]
         print(f"{side:16} {row['passages_per_s']:11.2f} {r['peak_rss_mb']:12.0f} {r['encode_growth_mb']:14.0f} "
               f"{row['speedup']:8.2f}x {row['rss_ratio']:15.3f} {row['max_abs_diff']:13.2e}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"max_length": args.max_length, "passages": args.passages,
-                                               "threads": args.threads, "rounds": args.rounds, "sides": rows},
-                                              indent=1))
+    write_json(args.json, {"max_length": args.max_length, "passages": args.passages, "threads": args.threads,
+                           "rounds": args.rounds, "sides": rows})
 
 
 if __name__ == "__main__":

@@ -4,20 +4,18 @@ One step of the shipped recipe's shape: 8 queries (32 tokens) and 24 passages (1
 and backward of a loss on the concatenated vectors, the two paths alternated in one process on the same model
 and inputs; prints the median seconds per step of each and the ratio, and the largest gradient difference.
 
-    .venv/bin/python bench/bench_aggretriever_train_step.py [--model FOLDER] [--steps 5] [--precision fp32 bf16]
+    python -m bench.bench_aggretriever_train_step [--model FOLDER] [--steps 5] [--precision fp32 bf16]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-from bench_precision_quality import _model
 from transformers import AutoTokenizer
 
+from bench.common import model_folder, write_json
 from pyserini_ext.data import document_text, load_dataset
 from pyserini_ext.models.aggretriever import Aggretriever, fold_slices, slice_max, slice_width
 from pyserini_ext.train.aggretriever import PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
@@ -25,7 +23,7 @@ from pyserini_ext.train.aggretriever import PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
 
 def reference_forward(model: Aggretriever, input_ids, mask):
     """What training computed before: v from [N, vocab] products, then the slice max, all through autograd."""
-    hidden = model._mlm.hidden_states(input_ids, mask)
+    hidden = model.mlm_head.hidden_states(input_ids, mask)
     full = model.config.pooling != "agg+"
     agg = fold_slices(slice_max(model.lexical(input_ids, mask, hidden), slice_width(model.config.agg_dim, full)),
                       full)
@@ -41,7 +39,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    folder = _model("aggretriever", args.model, "aggretriever_config.json")
+    folder = model_folder("aggretriever", args.model, "aggretriever_config.json")
     model = Aggretriever.from_pretrained(folder).train()
     for module in model.modules():  # the same network on both paths
         if isinstance(module, torch.nn.Dropout):
@@ -84,8 +82,7 @@ def main() -> None:
         print(f"{precision:10} {reference:12.3f} {sparse:9.3f} {reference / sparse:8.2f}x {diff:14.2e}", flush=True)
         report[precision] = {"reference_s": float(reference), "sparse_s": float(sparse),
                              "speedup": float(reference / sparse), "max_grad_diff": diff}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    write_json(args.json, report)
 
 
 if __name__ == "__main__":

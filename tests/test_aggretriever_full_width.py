@@ -95,11 +95,11 @@ def test_untied_decoder_learns_and_round_trips(minilm_dir, scifact, tmp_path):
                                    semantic_scale=3.0, untie_decoder=True, passage_max_length=32)
     model, _ = train_aggretriever(spec, LabelledData.from_dataset(scifact, negatives="none"),
                                   TrainConfig(learning_rate=1e-3, batch_size=2, max_steps=2), tmp_path / "m")
-    embeddings, decoder = model.encoder.get_input_embeddings().weight, model._mlm.decode.weight
+    embeddings, decoder = model.encoder.get_input_embeddings().weight, model.mlm_head.decode.weight
     assert decoder is not embeddings and not torch.equal(decoder, embeddings)
     loaded = Aggretriever.from_pretrained(tmp_path / "m")
-    torch.testing.assert_close(loaded._mlm.decode.weight, decoder.detach(), rtol=0, atol=0)
-    assert loaded._mlm.decode.weight is not loaded.encoder.get_input_embeddings().weight
+    torch.testing.assert_close(loaded.mlm_head.decode.weight, decoder.detach(), rtol=0, atol=0)
+    assert loaded.mlm_head.decode.weight is not loaded.encoder.get_input_embeddings().weight
     ids, mask = torch.tensor([[101, 2054, 2003, 102]]), torch.ones(1, 4, dtype=torch.long)
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids, mask), model.eval()(ids, mask), rtol=0, atol=1e-6)
@@ -127,7 +127,7 @@ def test_init_and_train_commands_make_the_default_layout(splade_tiny_dir, tmp_pa
     inputs = tokenizer(TEXTS, padding=True, truncation=True, max_length=64, return_tensors="pt")
     with torch.no_grad():
         vectors = trained(inputs["input_ids"], inputs["attention_mask"])
-        hidden = trained._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+        hidden = trained.mlm_head.hidden_states(inputs["input_ids"], inputs["attention_mask"])
     mask = inputs["attention_mask"].unsqueeze(-1).float()
     mean = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     torch.testing.assert_close(vectors[:, :128], 3.0 * mean, atol=1e-5, rtol=1e-5)

@@ -154,7 +154,7 @@ def test_init_command_writes_a_mean_pooling_model(splade_tiny_dir, tmp_path):
                                                              return_tensors="pt")
     with torch.no_grad():
         vectors = model(inputs["input_ids"], inputs["attention_mask"])
-        hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+        hidden = model.mlm_head.hidden_states(inputs["input_ids"], inputs["attention_mask"])
     for row in range(2):
         states = hidden[row, inputs["attention_mask"][row].bool()]
         expected = model.cls_proj(states.mean(0))

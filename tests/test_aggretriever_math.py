@@ -130,11 +130,11 @@ def test_bfloat16_on_cpu_adds_the_decoder_bias_in_the_kernel(tiny_mlm):
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     with torch.no_grad():
         got = model(input_ids, mask).float().numpy()
-        hidden = model._mlm.hidden_states(input_ids, mask)
-        logits = model._mlm.logits(hidden).double().numpy()
+        hidden = model.mlm_head.hidden_states(input_ids, mask)
+        logits = model.mlm_head.logits(hidden).double().numpy()
         weights = model.tok_proj(hidden).squeeze(-1).float().numpy()
         bias = mlm.cls.predictions.decoder.bias.double().numpy()
-    assert model._mlm._decoder_columns.shape[0] == 16  # the product ran without the bias row
+    assert model.mlm_head._decoder_columns.shape[0] == 16  # the product ran without the bias row
     for row in range(2):
         m = mask[row].numpy()
         expected = numpy_agg_star(numpy_lexical(logits[row], weights[row], m), 8)
@@ -161,8 +161,8 @@ def test_encoding_without_v_matches_v_on_a_padded_vocabulary(pooling, vocab):
     mask[2, 1:] = 0  # [CLS] alone
     with torch.no_grad():
         got = model(input_ids, mask).numpy()
-        hidden = model._mlm.hidden_states(input_ids, mask)
-        logits = model._mlm.logits(hidden).numpy().astype(np.float64)
+        hidden = model.mlm_head.hidden_states(input_ids, mask)
+        logits = model.mlm_head.logits(hidden).numpy().astype(np.float64)
         weights = model.tok_proj(hidden).squeeze(-1).numpy()
     assert (weights[:2, 1:] < 0).any() and (weights[:2, 1:] > 0).any()
     for row in range(3):
@@ -175,7 +175,7 @@ def test_encoding_without_v_matches_v_on_a_padded_vocabulary(pooling, vocab):
 @pytest.fixture
 def fresh_compile_state(monkeypatch):
     """block_slice_maxima's compiled kernel and failure flag, reset for the test and restored after it."""
-    import pyserini_ext.models.aggretriever as agg
+    import pyserini_ext.models.aggretriever.kernel as agg
 
     monkeypatch.setattr(agg, "_compiled_slice_maxima", None)
     monkeypatch.setattr(agg, "_compile_failed", False)
@@ -225,7 +225,7 @@ def test_training_path_equals_autograd_through_v(pooling, vocab, block_rows, mon
     every parameter equal autograd's through v = max_i w_i softmax(l_i) (`lexical`) and `slice_max`, with negative
     weights, padded sequences, a [CLS]-only one, and vocabularies that drop ids (2000, 3660 for agg+) or pad them;
     in one block of rows and in blocks of 3."""
-    import pyserini_ext.models.aggretriever as agg
+    import pyserini_ext.models.aggretriever.kernel as agg
 
     if block_rows:
         monkeypatch.setattr(agg, "_row_blocks", lambda logits: [(a, min(a + block_rows, len(logits)))
@@ -249,7 +249,7 @@ def test_training_path_equals_autograd_through_v(pooling, vocab, block_rows, mon
     def loss_and_grads(reference: bool):
         model.zero_grad()
         if reference:
-            hidden = model._mlm.hidden_states(input_ids, mask)
+            hidden = model.mlm_head.hidden_states(input_ids, mask)
             width = 640 if pooling == "agg+" else 1280
             agg = fold_slices(slice_max(model.lexical(input_ids, mask, hidden), width), pooling != "agg+")
             out = torch.cat((model.dense(mask, hidden), agg), dim=-1)

@@ -255,7 +255,7 @@ def test_a_bare_bert_body_gets_a_tied_identity_head(minilm_dir):
     hidden = torch.randn(3, embeddings.shape[1])
     expected = torch.nn.functional.layer_norm(torch.nn.functional.gelu(hidden), hidden.shape[-1:], eps=1e-12)
     with torch.no_grad():
-        torch.testing.assert_close(model._mlm.logits(hidden), expected @ embeddings.T, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(model.mlm_head.logits(hidden), expected @ embeddings.T, rtol=1e-4, atol=1e-4)
 
 
 def semantic_agreement(model, tokenizer, queries: list[str], passages: list[str], target: np.ndarray) -> float:
@@ -264,7 +264,7 @@ def semantic_agreement(model, tokenizer, queries: list[str], passages: list[str]
         vectors = []
         for texts, length in ((queries, 32), (passages, 128)):
             inputs = tokenizer(texts, max_length=length, truncation=True, padding=True, return_tensors="pt")
-            hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+            hidden = model.mlm_head.hidden_states(inputs["input_ids"], inputs["attention_mask"])
             vectors.append(model.dense(inputs["attention_mask"], hidden))
     return float(np.corrcoef((vectors[0] @ vectors[1].T).numpy().ravel(), target.ravel())[0, 1])
 

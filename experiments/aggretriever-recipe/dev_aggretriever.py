@@ -38,7 +38,7 @@ def encode(model: Aggretriever, tokenizer, texts: list[str], max_length: int, cl
                            padding="longest", return_tensors="pt")
         with torch.inference_mode():
             if cls_only:
-                hidden = model._mlm.hidden_states(inputs["input_ids"], inputs["attention_mask"])
+                hidden = model.mlm_head.hidden_states(inputs["input_ids"], inputs["attention_mask"])
                 parts.append(model.dense(inputs["attention_mask"], hidden).numpy())
             else:
                 parts.append(model(inputs["input_ids"], inputs["attention_mask"]).numpy())

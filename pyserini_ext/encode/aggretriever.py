@@ -56,10 +56,10 @@ class _Body(nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask):
-        hidden = self.model._mlm.hidden_states(input_ids, attention_mask)
+        hidden = self.model.mlm_head.hidden_states(input_ids, attention_mask)
         cls = self.model.dense(attention_mask, hidden)
         rest = hidden[:, 1:]
-        return cls, self.model._mlm.transform(rest), self.model.tok_proj(rest).squeeze(-1)
+        return cls, self.model.mlm_head.transform(rest), self.model.tok_proj(rest).squeeze(-1)
 
 
 class _Vocabulary(nn.Module):
@@ -71,12 +71,12 @@ class _Vocabulary(nn.Module):
 
     def forward(self, rows, weights=None):
         if self.fold_bias:
-            decoder = self.model._mlm.decoder_columns()
+            decoder = self.model.mlm_head.decoder_columns()
             if decoder.shape[0] > rows.shape[1]:  # the bias row
                 rows = torch.cat((rows, torch.ones_like(rows[:, :1])), 1)
             probabilities = torch.softmax(rows @ decoder, dim=-1)
         else:
-            probabilities = torch.softmax(self.model._mlm.decode(rows), dim=-1)
+            probabilities = torch.softmax(self.model.mlm_head.decode(rows), dim=-1)
         return (probabilities * weights[:, None]).amax(0) if self.pooled else probabilities
 
 

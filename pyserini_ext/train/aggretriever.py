@@ -1,6 +1,6 @@
 """Aggretriever training: contrastive NLL on the concatenated vector, plus the same loss on each of its parts.
 
-As in the released training code (castorini/dhr, see ../shared/design/reference-notes.md): a batch of B queries
+As in the released training code (castorini/dhr, see docs/references.md): a batch of B queries
 is scored by inner product against its B positives (each query's own positive is the label, the others are
 in-batch negatives) and, optionally, one hard negative per query. The loss is
   NLL(concat) + 0.5 * NLL(agg part) + 0.5 * NLL([CLS] part),
@@ -34,10 +34,10 @@ from pyserini_ext.models.aggretriever import (
     AggretrieverConfig,
     from_masked_lm,
     identity_semantic_head,
-    resolve_model_folder,
     untie_decoder,
 )
 from pyserini_ext.models.backbones import BACKBONES, backbone_path
+from pyserini_ext.models.folder import resolve_model_folder
 from pyserini_ext.train.data import LabelledData
 from pyserini_ext.train.distill import DistillationSet, distillation_batches, distillation_loss, steps_per_epoch
 from pyserini_ext.train.loop import TrainConfig, save_training_log, set_seed, train
@@ -244,7 +244,7 @@ def train_aggretriever(model: AggretrieverModelConfig, data: LabelledData | Dist
 def freeze_body(model: Aggretriever) -> None:
     """Only the heads train: the MLM head's transform and bias, `tok_proj` and `cls_proj` (unless frozen apart).
     The body's dropout is switched off, so its states in training are those it encodes with."""
-    head = {id(p) for p in model._mlm.head_parameters()}
+    head = {id(p) for p in model.mlm_head.head_parameters()}
     for parameter in model.encoder.parameters():
         parameter.requires_grad_(id(parameter) in head)
     for module in model.encoder.base_model.modules():
@@ -384,8 +384,8 @@ def align_cls_to_teacher(aggretriever: Aggretriever, tokenizer, data: Distillati
     def loss_fn(_, batch: AlignmentBatch) -> Tensor:
         inputs = tokenizer(batch.texts, max_length=batch.max_length, truncation=True, padding="longest",
                            return_tensors="pt")
-        hidden = aggretriever._mlm.hidden_states(inputs["input_ids"].to(config.device),
-                                                 inputs["attention_mask"].to(config.device))
+        hidden = aggretriever.mlm_head.hidden_states(inputs["input_ids"].to(config.device),
+                                                     inputs["attention_mask"].to(config.device))
         return alignment_distance(aggretriever.dense(inputs["attention_mask"].to(config.device), hidden), batch.targets)
 
     stage = replace(config, epochs=spec.cls_alignment_epochs, max_steps=None)
