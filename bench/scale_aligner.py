@@ -5,7 +5,7 @@ judged passages (4,000-odd, encoded from text by the shipped model, their docids
 measured) plus synthetic distractors recombined from runs of those passages' real token vectors (seeded; a little
 noise, renormalised), each of the length of a real passage. The base is pooled to 40% of its tokens once, as the
 prebuilt indexes are, and every row builds the layout the command chooses for large corpora (residual PQ32x6 codes,
-centroid candidates, nlist by corpus size; index/aligner_build.py) on those reduced vectors (beta_d = 1: the Ward
+centroid candidates, nlist by corpus size; index/aligner/) on those reduced vectors (beta_d = 1: the Ward
 pooling of a million documents alone would take hours here; its cost is per document, linear in N, and measured
 with the text build of the test suite). Per N, each step is its own process:
 build (time, peak RSS), search (open + 43 DL19 queries: p50/p95, documents touched, peak RSS) and an exhaustive
@@ -26,8 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_common import DATASET, measure, python  # noqa: E402
 
-from pyserini_ext.index.aligner import EncodedCorpus  # noqa: E402
-from pyserini_ext.index.aligner_build import AlignerIndexBuilder, AlignerIndexSettings  # noqa: E402
+from pyserini_ext.index.aligner import AlignerIndexBuilder, AlignerIndexSettings, EncodedCorpus  # noqa: E402
 
 RUN_LENGTH = 8  # tokens per recombined run
 EXACT_BLOCK = 8192  # documents decoded at a time by the exhaustive scoring

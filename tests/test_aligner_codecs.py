@@ -1,14 +1,17 @@
 """AligneR codecs and candidate generators on synthetic token vectors (no model): the interface's contracts."""
 from __future__ import annotations
 
+import json
+
 import faiss
 import numpy as np
 import pytest
 from conftest import random_encoding
 
-from pyserini_ext.index import aligner_codecs
-from pyserini_ext.index.aligner import AlignerIndex, build_index
-from pyserini_ext.index.aligner_codecs import CANDIDATES, CODECS, CentroidCandidates, ResidualPQStore
+from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, build_index
+from pyserini_ext.index.aligner import candidates as aligner_candidates
+from pyserini_ext.index.aligner.candidates import CANDIDATES, CentroidCandidates
+from pyserini_ext.index.aligner.codecs import CODECS, ResidualPQStore
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +74,7 @@ def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(e
     """The kept documents are the best by sum_i w_i max over the document's tokens of q_i . centroid(token),
     computed here token by token (the generator uses each document's distinct centroids, `block` documents at a
     time: many blocks and a partial last one, or a single block)."""
-    monkeypatch.setattr(aligner_codecs, "CENTROID_STAGE_DOCS", block)
+    monkeypatch.setattr(aligner_candidates, "CENTROID_STAGE_DOCS", block)
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
                                           nlist=64, pq_m=8, progress=False), nprobe=4)
     rng = np.random.default_rng(1)
@@ -125,7 +128,7 @@ def test_flat_candidates_are_the_documents_of_each_query_tokens_nearest_tokens(e
                                                                                scores_per_block):
     """Exact: the documents of the 10 highest-scoring stored tokens of each query token, whether the tokens are
     scored in many blocks (64 scores: 21 tokens per block for 3 query tokens, a partial last block) or in one."""
-    monkeypatch.setattr(aligner_codecs, "FLAT_SCORES_PER_BLOCK", scores_per_block)
+    monkeypatch.setattr(aligner_candidates, "FLAT_SCORES_PER_BLOCK", scores_per_block)
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False))
     rng = np.random.default_rng(2)
     vectors = index.codec.decode(np.arange(index.tokens))
@@ -148,3 +151,41 @@ def test_flat_index_scores_documents_from_its_decoded_copy(encoded, tmp_path):
     for row, doc in enumerate(docs):
         tokens = np.arange(index.offsets[doc], index.offsets[doc + 1])
         np.testing.assert_allclose(similarities[row][mask[row]], index.codec.similarities(tokens, queries), rtol=1e-6)
+
+
+def as_format_1(folder):
+    """Rewrite a format-2 centroid index in place as format 1 wrote it: one segment (centroid_offsets [nlist + 1],
+    no segments.npy), no recorded search settings."""
+    np.save(folder / "centroid_offsets.npy", np.load(folder / "centroid_offsets.npy")[0])
+    (folder / "segments.npy").unlink()
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata = {k: v for k, v in metadata.items() if k not in ("search", "settings", "parts")}
+    (folder / "metadata.json").write_text(json.dumps({**metadata, "format": "pyserini-ext-aligner-index/1"}))
+
+
+def test_format_1_and_2_indexes_open_and_find_the_same_candidates(encoded, tmp_path):
+    folder = build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid", nlist=16, pq_m=8,
+                         train_size=2000, progress=False)
+    current = AlignerIndex.open(folder, nprobe=4)
+    tokens = np.asarray(encoded.vectors[encoded.offsets[3]:encoded.offsets[3] + 4], dtype=np.float32)
+    weights = np.ones(4, dtype=np.float32)
+    expected = current.candidates.candidates(tokens, weights, neighbours=20)
+    as_format_1(folder)
+    old = AlignerIndex.open(folder, nprobe=4)
+    assert old.metadata["format"].endswith("/1") and not (folder / "segments.npy").exists()
+    assert old.candidates.list_offsets.shape == (1, 17)
+    assert np.array_equal(old.candidates.candidates(tokens, weights, neighbours=20), expected)
+    assert np.array_equal(old.document_similarities(expected, tokens)[0],
+                          current.document_similarities(expected, tokens)[0])
+    metadata = old.metadata | {"format": "pyserini-ext-aligner-index/3"}
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(AlignerIndexError, match="index format"):
+        AlignerIndex.open(folder)
+
+
+def test_an_unknown_codec_in_the_metadata_is_named(encoded, tmp_path):
+    folder = build_index(encoded, tmp_path / "i", progress=False)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    (folder / "metadata.json").write_text(json.dumps({**metadata, "codec": "zstd"}))
+    with pytest.raises(AlignerIndexError, match="unknown codec 'zstd'"):
+        AlignerIndex.open(folder)

@@ -1,4 +1,4 @@
-"""The streaming AligneR build (index/aligner_build.py): chunked equals one piece, segments of the centroid lists,
+"""The streaming AligneR build (index/aligner/build.py): chunked equals one piece, segments of the centroid lists,
 an interrupted build opens nothing and resumes to the same index, the text stream equals the encoding path."""
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import pytest
 import torch
 from conftest import random_encoding
 
-from pyserini_ext.index import aligner_build
-from pyserini_ext.index.aligner import AlignerIndex, AlignerIndexError, build_index, default_nlist
-from pyserini_ext.index.aligner_build import (
+from pyserini_ext.index.aligner import (
+    AlignerIndex,
+    AlignerIndexError,
     AlignerIndexSettings,
     EncodedCorpusBuilder,
     build_aligner_index,
     build_encoded,
+    build_index,
+    default_nlist,
 )
+from pyserini_ext.index.aligner import candidates as aligner_candidates
+from pyserini_ext.index.aligner import settings as aligner_settings
 from pyserini_ext.index.streaming import work_folder
 from pyserini_ext.models.aligner import AlignerConfig, AlignerModel
 from pyserini_ext.models.backbones import backbone_path
@@ -55,7 +59,7 @@ def test_chunked_build_equals_one_piece(encoded, tmp_path):
 
 def test_segments_of_the_centroid_lists_find_the_same_candidates(encoded, tmp_path, monkeypatch):
     one = AlignerIndex.open(build_index(encoded, tmp_path / "one", progress=False, **COMPRESSED), nprobe=1)
-    monkeypatch.setattr(aligner_build, "SEGMENT_DOCS", 64)  # parts of 16 documents, 4 per segment
+    monkeypatch.setattr(aligner_candidates, "SEGMENT_DOCS", 64)  # parts of 16 documents, 4 per segment
     segmented = AlignerIndex.open(build_index(encoded, tmp_path / "seg", progress=False, chunk_docs=16,
                                               **COMPRESSED), nprobe=1)
     assert segmented.metadata["counts"]["segments"] == 5 and one.metadata["counts"]["segments"] == 1
@@ -154,7 +158,7 @@ def test_text_stream_build_equals_the_encoding_path(scifact, model_folder, tmp_p
 def test_large_codecs_store_float16_centroids_and_decode_the_same(encoded, tmp_path, monkeypatch):
     """From TWO_LEVEL_NLIST lists: two-level k-means, an HNSW quantizer while encoding, and centroids stored apart
     as float16 (rounded before any token is encoded, so decoding loses nothing)."""
-    monkeypatch.setattr(aligner_build, "TWO_LEVEL_NLIST", 16)
+    monkeypatch.setattr(aligner_settings, "TWO_LEVEL_NLIST", 16)
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False, **COMPRESSED))
     assert (index.folder / "centroids.npy").is_file()
     centroids = np.load(index.folder / "centroids.npy")

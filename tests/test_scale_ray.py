@@ -10,8 +10,7 @@ from transformers import AutoTokenizer
 
 from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
 from pyserini_ext.index.aggretriever import AggretrieverIndexBuilder, AggretrieverIndexSettings
-from pyserini_ext.index.aligner import AlignerIndex, build_index, encode_corpus
-from pyserini_ext.index.aligner_build import build_aligner_index
+from pyserini_ext.index.aligner import AlignerIndex, build_aligner_index, build_index, encode_corpus
 from pyserini_ext.index.deepct import DeepCTIndexBuilder, DeepCTIndexSettings, build_deepct_index
 from pyserini_ext.index.streaming import build, build_on_ray
 from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm, identity_semantic_head

@@ -18,7 +18,6 @@ from pyserini_ext.cli.options import (
     option,
 )
 from pyserini_ext.data import check_output, load_dataset, read_corpus, read_topics
-from pyserini_ext.errors import OutputExistsError
 from pyserini_ext.models.aligner import AlignerConfig
 from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.train.aligner import AlignerModelConfig
@@ -140,11 +139,16 @@ def train(options: AlignerTrainOptions) -> int:
 def index(options: AlignerIndexOptions) -> int:
     from pyserini_ext.cli.options import cap_max_length
     from pyserini_ext.encode.aligner import AlignerDocumentEncoder
-    from pyserini_ext.index.aligner import EncodedCorpus, build_index, encode_corpus
-    from pyserini_ext.index.aligner_build import AlignerIndexSettings, build_aligner_index
+    from pyserini_ext.index.aligner import (
+        AlignerIndexSettings,
+        EncodedCorpus,
+        build_aligner_index,
+        build_index,
+        encode_corpus,
+        is_index,
+    )
     _threads(options.threads)
-    if Path(options.output).exists() and not options.overwrite:  # before the encoding work
-        raise OutputExistsError(f"{options.output} exists; pass --overwrite to replace it")
+    check_output(options.output, options.overwrite, is_index)  # before the encoding work
     model_path = str(Path(resolve_model(options.model, "aligner")).resolve())
     settings = {name: getattr(options, name)
                 for name in ("beta_d", "reduction", "duplicate_cosine", "codec", "candidates", "nlist", "pq_m",
