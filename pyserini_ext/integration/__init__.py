@@ -11,6 +11,13 @@ a Pyserini module below has executed, our module's `install` patches it. Pyserin
     pyserini.util                             prebuilt.py       our catalogues in its prebuilt-index dicts; downloads
     pyserini.search.lucene._impact_searcher   search_lucene.py  `--impact --encoder` with our models; model check
     pyserini.search.faiss._searcher           search_faiss.py   model check of `from_prebuilt_index`
+    pyserini.server                           server.py         its controller's UniIR import and default index
+                                                                deferred to their first use
+    pyserini.server.models                    server_models.py  index type `aligner` (our AligneR records)
+    pyserini.server.search_controller         server_controller.py  our indexes opened by name with their models;
+                                                                checked input, one-line errors
+    pyserini.server.rest.routes.indexes       server_routes.py  4xx / 500 answers with a one-line detail
+    pyserini.server.rest.app                  server_rest.py    `--host` (default 127.0.0.1)
 
 Kept import-free: `_startup` imports this package at every interpreter start. The modules are named as strings
 here, imported only when their Pyserini module is.
@@ -24,4 +31,9 @@ PATCHED_MODULES = {
     "pyserini.search.lucene._impact_searcher": "pyserini_ext.integration.search_lucene",
     "pyserini.util": "pyserini_ext.integration.prebuilt",
     "pyserini.search.faiss._searcher": "pyserini_ext.integration.search_faiss",
+    "pyserini.server": "pyserini_ext.integration.server",
+    "pyserini.server.models": "pyserini_ext.integration.server_models",
+    "pyserini.server.search_controller": "pyserini_ext.integration.server_controller",
+    "pyserini.server.rest.routes.indexes": "pyserini_ext.integration.server_routes",
+    "pyserini.server.rest.app": "pyserini_ext.integration.server_rest",
 }
