@@ -49,10 +49,13 @@ test-slow: $(INSTALLED)
 lint: $(INSTALLED)
 	$(BIN)/ruff check pyserini_ext java_bridge tests bench scripts experiments
 
-# every benchmark, then docs/bench-results.md (generated); BENCH_ARGS="--corpus-encodings runs/report/full" adds whole-corpus AligneR
+# every benchmark of bench/, then docs/bench-results.md and docs/scale-results.md (generated; hours at the scale sizes);
+# BENCH_ARGS="--quick": tiny sizes into runs/bench-quick (a smoke run, what tests/test_bench.py runs);
+# BENCH_ARGS="--corpus-encodings runs/report/full" adds whole-corpus AligneR (after make report)
 BENCH_ARGS ?=
 bench: $(INSTALLED)
-	$(BIN)/python bench/make_report.py $(BENCH_ARGS)
+	scripts/seed_datasets.sh
+	$(BIN)/python -m bench.make_report $(BENCH_ARGS)
 
 # every condition of pyserini_ext/repro/conditions.yaml, then docs/report.md + plots; hours of CPU, every step cached
 # in runs/report (e.g. REPORT_ARGS="--datasets cranfield"); `pyserini-ext repro --check --datasets scifact` checks one

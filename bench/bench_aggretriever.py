@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import SIDES, demo_model, memory_mb, pyserini_encoder, run_side, runnable, write_json
+from bench.common import SIDES, chosen_sides, demo_model, memory_mb, pyserini_encoder, run_side, write_json
 
 
 def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size: int, threads: int,
@@ -85,8 +85,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model or demo_model(Path(tmp) / "model")
         results = {}
-        sides = runnable({side: options for side, options in SIDES.items()
-                          if options is None or not args.sides or side in args.sides})
+        sides = chosen_sides(args.sides)
         for round_ in range(args.rounds):
             for i, side in enumerate(sides):
                 out = str(Path(tmp) / f"side{i}")

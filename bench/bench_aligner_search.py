@@ -25,8 +25,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 import torch
-from bench_precision_quality import _model, ndcg10, subset
 
+from bench.common import model_folder as _model  # the shared helper (bench/common.py)
+from bench.common import ndcg10, subset
 from pyserini_ext.data import load_dataset
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
 from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index, encode_corpus

@@ -1,6 +1,6 @@
 """DeepCT index build: our custom-term-frequency writer vs the original pseudo-document route.
 
-    python bench/bench_deepct_index.py --docs 2000
+    python -m bench.bench_deepct_index --docs 2000
 
 Both start from the same {word: tf} documents (model time excluded) and give the same scores (tested in
 tests/test_deepct_index.py); this prints build time, index size and their ratios, and the ratio to Pyserini's BM25
@@ -14,8 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_precision_quality import _model
-
+from bench.common import model_folder, write_json
 from pyserini_ext.data import document_text, load_dataset
 from pyserini_ext.index.deepct import write_term_frequency_index
 from pyserini_ext.index.lucene import build_lucene_index
@@ -32,10 +31,11 @@ def main() -> None:
     parser.add_argument("--model", help="DeepCT folder (default: the shipped one)")
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
     corpus = load_dataset(args.dataset).corpus
     docids = sorted(corpus)[:args.docs]
-    model = DeepCTModel.from_pretrained(_model("deepct", args.model, "deepct_config.json"))
+    model = DeepCTModel.from_pretrained(model_folder("deepct", args.model, "deepct_config.json"))
     start = time.time()
     weights = model.word_weights([document_text(corpus[d]) for d in docids])
     model_seconds = time.time() - start
@@ -70,6 +70,12 @@ def main() -> None:
           f"{model_seconds:6.1f} s")
     print(f"ratio DeepCT/BM25 indexing: model excluded {custom_seconds / bm25_seconds:.2f}x, model included "
           f"{(custom_seconds + model_seconds) / bm25_seconds:.2f}x")
+    write_json(args.json, {"docs": len(docids), "custom_s": custom_seconds, "pseudo_s": pseudo_seconds,
+                            "bm25_s": bm25_seconds, "model_s": model_seconds, "custom_mb": sizes[0] / 1e6,
+                            "pseudo_mb": sizes[1] / 1e6, "pseudo_over_custom_time": pseudo_seconds / custom_seconds,
+                            "pseudo_over_custom_size": sizes[1] / sizes[0],
+                            "deepct_over_bm25_time": custom_seconds / bm25_seconds,
+                            "deepct_with_model_over_bm25_time": (custom_seconds + model_seconds) / bm25_seconds})
 
 
 if __name__ == "__main__":

@@ -5,25 +5,21 @@ Subset: the SciFact test queries, and a corpus of every document judged for them
 documents by docid up to `--docs`. Aggretriever: Faiss flat inner product; DeepCT: DeepCT index + BM25
 (k1=15, b=0.6, docs/deepct.md); AligneR: float16 flat index, exact alignment over the candidates.
 
-    .venv/bin/python bench/bench_precision_quality.py --docs 800
+    python -m bench.bench_precision_quality --docs 800
 """
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import faiss
-import ir_measures
 import numpy as np
 import torch
-from bench_aggretriever import runnable
-from ir_measures import nDCG
 
+from bench.common import model_folder, ndcg10, runnable, subset, write_json
 from pyserini_ext.data import load_dataset
-from pyserini_ext.models.folder import resolve_model
 
 MODELS = ("Aggretriever", "DeepCT", "AligneR")
 SETTINGS = {
@@ -32,32 +28,6 @@ SETTINGS = {
     "torch bf16": {"backend": "torch", "precision": "bfloat16"},
     "onnx int8": {"backend": "onnx", "precision": "int8"},
 }
-
-
-def _model(kind: str, given: str | None, marker: str) -> str:
-    """The given folder, else the shipped default model of this kind (resources/models/defaults.json)."""
-    if given:
-        return given
-    folder = Path(resolve_model(kind))
-    if not (folder / marker).is_file():
-        raise SystemExit(f"the default {kind} model {folder} has no {marker}; pass --{kind}")
-    return str(folder)
-
-
-def subset(dataset, docs: int, split: str = "test", first_queries: int | None = None):
-    """The split's queries (the first N by id if given), every document judged for them, then others by docid."""
-    qrels = dataset.qrels(split)
-    kept = sorted(q for q in qrels if q in dataset.queries)[:first_queries]
-    qrels = {q: qrels[q] for q in kept}
-    queries = {q: dataset.queries[q] for q in kept}
-    judged = {d for judgements in qrels.values() for d in judgements}
-    others = [d for d in sorted(dataset.corpus) if d not in judged]
-    docids = sorted(judged) + others[:max(0, docs - len(judged))]
-    return {d: dataset.corpus[d] for d in docids}, queries, qrels
-
-
-def ndcg10(qrels, run) -> float:
-    return ir_measures.calc_aggregate([nDCG @ 10], qrels, run)[nDCG @ 10]
 
 
 def aggretriever(model_dir, corpus, queries, settings, onnx_dir):
@@ -128,6 +98,7 @@ def aligner(model_dir, corpus, queries, settings, onnx_dir, tmp):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=800)
+    parser.add_argument("--queries", type=int, help="the first N test queries by id (default: all)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--aggretriever", help="Aggretriever folder (default: the shipped one)")
     parser.add_argument("--deepct", help="DeepCT folder (default: the shipped one)")
@@ -139,13 +110,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
-    corpus, queries, qrels = subset(load_dataset("scifact"), args.docs)
+    corpus, queries, qrels = subset(load_dataset("scifact"), args.docs, first_queries=args.queries)
     settings = {name: {**options, "threads": args.threads} if options["backend"] == "onnx" else options
                 for name, options in runnable(SETTINGS).items()
                 if name == "torch fp32" or not args.settings or name in args.settings}
-    folders = {"Aggretriever": _model("aggretriever", args.aggretriever, "aggretriever_config.json"),
-               "DeepCT": _model("deepct", args.deepct, "deepct_config.json"),
-               "AligneR": _model("aligner", args.aligner, "aligner_config.json")}
+    folders = {"Aggretriever": model_folder("aggretriever", args.aggretriever, "aggretriever_config.json"),
+               "DeepCT": model_folder("deepct", args.deepct, "deepct_config.json"),
+               "AligneR": model_folder("aligner", args.aligner, "aligner_config.json")}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         onnx_dir = str(Path(tmp) / "onnx")
@@ -172,9 +143,7 @@ def main() -> None:
                                                 "delta_points": 100 * (score - base), "seconds": r["seconds"]}
             print(f"{model:13} {name:11} {diff:13.2e} {score:8.4f} {100 * (score - base):+15.2f} "
                   f"{r['seconds']:8.1f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"docs": len(corpus), "queries": len(queries), "rows": rows},
-                                              indent=1))
+    write_json(args.json, {"docs": len(corpus), "queries": len(queries), "rows": rows})
 
 
 if __name__ == "__main__":

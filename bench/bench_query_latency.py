@@ -3,7 +3,7 @@ query encoder vs ours on every backend and precision, same weights, same SciFact
 
 Each side runs in its own subprocess; every query is encoded once untimed (warm-up), then once timed.
 
-    .venv/bin/python bench/bench_query_latency.py --queries 300
+    python -m bench.bench_query_latency --queries 300
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_aggretriever import SIDES, demo_model, pyserini_encoder, run_side, runnable
+
+from bench.common import SIDES, chosen_sides, demo_model, pyserini_encoder, run_side, write_json
 
 
 def worker(side: str, model_dir: str, queries: int, threads: int, out: str) -> None:
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
+    parser.add_argument("--sides", nargs="+", choices=[side for side in SIDES if side != "pyserini"],
+                        help="only these of ours (default: all); Pyserini's, the baseline, always runs")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -58,9 +61,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model or demo_model(Path(tmp) / "model")
         latencies = {}
-        for i, side in enumerate(runnable(SIDES)):
+        for i, side in enumerate(chosen_sides(args.sides)):
             out = str(Path(tmp) / f"side{i}")
-            run_side(__file__, side, args.threads, ["--model", model_dir, "--out", out,
+            run_side("bench_query_latency", side, args.threads, ["--model", model_dir, "--out", out,
                                                     "--queries", str(args.queries)])
             latencies[side] = np.array(json.loads(Path(out + ".json").read_text())["latencies"]) * 1000
     base = np.percentile(latencies["pyserini"], 50)
@@ -72,9 +75,7 @@ def main() -> None:
         rows[side] = {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
         rows[side]["p50_ratio"] = rows[side]["p50_ms"] / base
         print(f"{side:16} {rows[side]['p50_ms']:8.2f} {rows[side]['p99_ms']:8.2f} {rows[side]['p50_ratio']:18.2f}x")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"queries": args.queries, "threads": args.threads, "sides": rows},
-                                              indent=1))
+    write_json(args.json, {"queries": args.queries, "threads": args.threads, "sides": rows})
 
 
 if __name__ == "__main__":

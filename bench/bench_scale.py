@@ -3,11 +3,13 @@ MS MARCO passage (8.8M): writes docs/scale-results.md (table, extrapolation) and
 hand-written docs/scale.md explains them).
 
 Each model's rows come from its own script (bench/scale_aligner.py, scale_aggretriever.py, scale_deepct.py), every
-build and search in a process of its own (peak RSS from wait4). Rows are cached per model in WORK/rows-<model>.json,
-so `--models aligner` reruns one model and keeps the others.
+build and search in a process of its own (peak RSS from wait4). The rows are kept per model beside the page
+(docs/scale-results.json, committed), so `--models deepct` remeasures one model and keeps the others' rows, also in
+a fresh clone; each script caches its own steps under WORK.
 
-    python bench/bench_scale.py                               # every model, 30k,100k,300k,1M (hours on 2 cores)
-    python bench/bench_scale.py --sizes 30000,100000 --models aligner
+    python -m bench.bench_scale                               # every model, 30k,100k,300k,1M (hours on 2 cores)
+    python -m bench.bench_scale --sizes 30000,100000 --models aligner,deepct
+    python -m bench.bench_scale --models ""                   # render the kept rows only
 """
 from __future__ import annotations
 
@@ -18,15 +20,13 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = {"aligner": "scale_aligner", "aggretriever": "scale_aggretriever", "deepct": "scale_deepct"}
+MODELS = {"aligner": "bench.scale_aligner", "aggretriever": "bench.scale_aggretriever", "deepct": "bench.scale_deepct"}
 MSMARCO = 8_841_823
 # columns shown when a model's rows have them, in this order
 COLUMNS = ("model", "variant", "N", "source", "codec", "candidates", "nlist", "index_type", "build_s",
-           "build_rss_mb", "ray_driver_rss_mb", "index_mb", "bytes_per_token", "search_rss_mb", "p50_ms", "p95_ms",
-           "touched_pct", "recall_at_10_vs_exact", "ndcg_at_10")
+           "build_rss_mb", "ray_build_s", "ray_driver_rss_mb", "ray_same", "index_mb", "bytes_per_token",
+           "search_rss_mb", "p50_ms", "p95_ms", "touched_pct", "recall_at_10_vs_exact", "ndcg_at_10")
 
 
 def table(rows: list[dict]) -> str:
@@ -37,8 +37,9 @@ def table(rows: list[dict]) -> str:
 
 
 def slope_at(rows: list[dict], key: str, n: int, power: bool = False) -> float | None:
-    """`key` at N = n from the two largest measured sizes: linear in N, or a power law (log-log) when `power`."""
-    points = sorted((r["N"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0)
+    """`key` at N = n from the two largest measured sizes: linear in N, or a power law (log-log) when `power`. Of
+    two rows at one N (DeepCT's text and synthetic rows), the later one counts, as it does at the larger sizes."""
+    points = sorted({r["N"]: r[key] for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0}.items())
     if len(points) < 2:
         return None
     (n1, y1), (n2, y2) = points[-2], points[-1]
@@ -94,20 +95,34 @@ def main() -> None:
     parser.add_argument("--sizes", default="30000,100000,300000,1000000")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--work", default=str(ROOT / "runs" / "scale"))
-    parser.add_argument("--output", default=str(ROOT / "docs" / "scale-results.md"))
+    parser.add_argument("--output", default=str(ROOT / "docs" / "scale-results.md"),
+                        help="the page; its rows are kept beside it (same name, .json) and its plot as scale.png")
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray builds")
     args = parser.parse_args()
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    work, output = Path(args.work).resolve(), Path(args.output)
     sizes = [int(s) for s in args.sizes.split(",")]
-    for name in filter(None, args.models.split(",")):  # --models "": render the cached rows only
-        found = importlib.import_module(MODELS[name]).rows(sizes, work)
-        (work / f"rows-{name}.json").write_text(json.dumps(found, indent=1))
-    rows = [r for name in MODELS if (work / f"rows-{name}.json").is_file()
-            for r in json.loads((work / f"rows-{name}.json").read_text())]
-    output = Path(args.output)
+    names = [name.strip() for name in args.models.split(",") if name.strip()]  # --models "": render the kept rows
+    if unknown := [name for name in names if name not in MODELS]:
+        parser.error(f"--models: unknown {', '.join(unknown)} (choose from {', '.join(MODELS)})")
+    kept_file = output.with_suffix(".json")
+    kept = json.loads(kept_file.read_text()) if kept_file.is_file() else {}
+    for name in names:
+        try:
+            script = importlib.import_module(MODELS[name])
+        except ModuleNotFoundError as missing:
+            if missing.name != MODELS[name]:
+                raise
+            print(f"bench_scale: no rows for {name}: {MODELS[name].replace('.', '/')}.py is not in this checkout",
+                  file=sys.stderr)
+            continue
+        work.mkdir(parents=True, exist_ok=True)
+        kept[name] = script.rows(sizes, work, ray=False) if args.no_ray else script.rows(sizes, work)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        kept_file.write_text(json.dumps(kept, indent=1) + "\n")  # after each model: a later failure keeps it
+    rows = [r for name in MODELS for r in kept.get(name, [])]
     plot(rows, output.with_name("scale.png"))
     output.write_text(
-        "# Scaling curves (generated by `python bench/bench_scale.py`; do not edit, see docs/scale.md)\n\n"
+        "# Scaling curves (generated by `python -m bench.bench_scale`; do not edit, see docs/scale.md)\n\n"
         + table(rows) + "\n\n![scaling curves](scale.png)\n\n## MS MARCO passage (8,841,823 passages), "
         "extrapolated from the two largest sizes\n\nIndex bytes and build time linear in N, query p50 as a power "
         "law, build RSS the largest measured (bounded builds).\n\n" + extrapolation(rows) + "\n")

@@ -1,6 +1,6 @@
 """Encoding on Ray: 1 worker vs N workers (local Ray, one CPU each), the same passages and shipped model.
 
-    python bench/bench_scale_ray.py --docs 600 --workers 2
+    python -m bench.bench_scale_ray --docs 600 --workers 2
 
 Each run is the streaming build (`build_on_ray`, AggretrieverIndexBuilder) end to end with the shipped
 Aggretriever (actor start and model load included: what a user waits for) into a Pyserini Faiss index; prints

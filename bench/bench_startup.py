@@ -8,7 +8,7 @@ the only difference between the modes is our hook. Our share = (on - off) / on, 
 of the command and its children: on a shared machine wall time mostly measures the neighbours (printed too).
 Pyserini's own start-up is the rest, reported, not changed.
 
-    python bench/bench_startup.py [--runs 5] [--java-home DIR]
+    python -m bench.bench_startup [--runs 5] [--java-home DIR]
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import java_bridge
+from bench.common import write_json
 from pyserini_ext._startup import OPENAI_PLACEHOLDER
 
 COMMANDS = {"pyserini.encode --help": ["-m", "pyserini.encode", "--help"],
@@ -53,6 +54,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--java-home", type=Path)
+    parser.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS), help="default: both")
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
     java_home = args.java_home or java_home_with_vector_module()
     base = {**os.environ, "JAVA_HOME": str(java_home), "OPENAI_API_KEY": OPENAI_PLACEHOLDER,
@@ -60,7 +63,8 @@ def main() -> int:
     modes = {"off": {**base, "PYSERINI_EXT_DISABLE": "1"}, "on": {k: v for k, v in base.items()
                                                                   if k != "PYSERINI_EXT_DISABLE"}}
     print(f"interpreter {sys.executable}; Java {java_home}; {args.runs} runs per mode, interleaved")
-    for name, argv in COMMANDS.items():
+    figures = {}
+    for name, argv in ((name, COMMANDS[name]) for name in args.commands):
         cpu: dict[str, list[float]] = {"off": [], "on": []}
         wall: dict[str, list[float]] = {"off": [], "on": []}
         timed_run(argv, modes["on"])  # warm the file cache and byte-code once, not timed
@@ -75,6 +79,8 @@ def main() -> int:
               f"{100 * (on - off) / on:5.1f}% (target <= {100 * TARGET_SHARE:.0f}%), Pyserini's own {off:.2f} s | "
               f"wall median off {wall_off:.2f} s, on {wall_on:.2f} s | CPU runs off "
               f"{[round(t, 2) for t in cpu['off']]} on {[round(t, 2) for t in cpu['on']]}", flush=True)
+        figures[name] = {"cpu_off_s": off, "cpu_on_s": on, "on_over_off": on / off, "our_share": (on - off) / on}
+    write_json(args.json, {"runs": args.runs, "commands": figures})
     return 0
 
 

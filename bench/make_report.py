@@ -1,40 +1,37 @@
-"""`make bench`: runs every benchmark once (each prints its own ratios), then writes docs/bench-results.md with a
-plot (docs/bench.png). Only that generated file is rewritten: docs/bench.md is hand-written and links to it.
+"""`make bench`: runs every benchmark of bench/ once (each prints ours beside its baseline, with ratios), then writes
+docs/bench-results.md with a plot (docs/bench.png), and the scaling curves (docs/scale-results.md, by
+bench/bench_scale.py). Only those generated files are rewritten: docs/bench.md is hand-written and links to them.
 
-    .venv/bin/python bench/make_report.py [--quick] [--corpus-encodings runs/report/full]
+    python -m bench.make_report [--corpus-encodings runs/report/full]   # the figures (hours at the scale sizes)
+    python -m bench.make_report --quick                                 # every script at tiny sizes: a smoke run
 
-`--corpus-encodings` adds AligneR search over the whole SciFact and DL19-subset corpora, from the default model's
-encodings that `make report` caches there (`<dataset>/aligner.<model>-<hash>.encoded.npz`).
+`--quick` writes to runs/bench-quick/ unless `--output-dir` says otherwise, never to docs/; its figures only show
+that every script runs and measures. `--corpus-encodings` adds AligneR search over the whole SciFact and
+DL19-subset corpora, from the default model's encodings that `make report` caches there
+(`<dataset>/aligner.<model>-<hash>.encoded.npz`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from bench.common import ROOT, child_env, module_command
+
 DOCS = ROOT / "docs"
-RESULTS = DOCS / "bench-results.md"
 
 
 def repository_relative(text: str) -> str:
     """`text` with this checkout's and this user's paths written relative (`.venv/...`, `~/...`): a committed
     file names no path of the machine that wrote it."""
     return text.replace(f"{ROOT}{os.sep}", "").replace(str(ROOT), ".").replace(str(Path.home()), "~")
-
-
-def run(script: str, args: list[str], out: Path) -> tuple[str, dict]:
-    command = [sys.executable, str(HERE / script), *args, "--json", str(out)]
-    printed = subprocess.run(command, check=True, capture_output=True, text=True, cwd=HERE).stdout
-    print(printed, flush=True)
-    shown = [os.path.relpath(a, ROOT) if os.path.isabs(a) else a for a in args]  # as typed from the repository
-    return f"$ python bench/{script} {' '.join(shown)}\n{printed}", json.loads(out.read_text())
 
 
 def corpus_encoding(folder: Path, dataset: str) -> Path:
@@ -48,68 +45,125 @@ def corpus_encoding(folder: Path, dataset: str) -> Path:
     return path
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the figures)")
-    parser.add_argument("--corpus-encodings", type=Path, help="make report's work folder: whole-corpus AligneR runs")
-    parser.add_argument("--scale-sizes", default="30000,100000,300000,1000000",
-                        help="corpus sizes of bench_scale.py (docs/scale-results.md; hours at 1M on 2 cores)")
-    args = parser.parse_args()
-    passages, docs = ("64", "200") if args.quick else ("1000", "800")
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        runs = [run("bench_aggretriever.py", ["--passages", passages, "--max-length", length, "--rounds",
-                                              "1" if args.quick else "3"], tmp / f"agg{length}.json")
-                for length in ("256", "512")]
-        runs.append(run("bench_query_latency.py", ["--queries", "300"], tmp / "query.json"))
-        runs.append(run("bench_decoder_product.py", ["--threads", "2"], tmp / "decoder.json"))
-        runs.append(run("bench_vocabulary_kernel.py", ["--threads", "2"], tmp / "kernel.json"))
-        runs.append(run("bench_precision_quality.py", ["--docs", docs], tmp / "precision.json"))
-        runs.append(run("bench_aligner_search.py", ["--docs", docs, "--compressed", "pq16x8,nprobe4", "pq32x6,nprobe4"],
-                        tmp / "aligner.json"))
-        if args.corpus_encodings:
-            for dataset, split, folder in (("scifact", "test", "scifact"), ("msmarco-dl19-subset", "dl19", "dl19")):
-                runs.append(run("bench_aligner_search.py", [
-                    "--dataset", dataset, "--split", split, "--docs", "10000000", "--encoded",
-                    str(corpus_encoding(args.corpus_encodings.resolve(), folder)), "--compressed", "pq16x8,nprobe4",
-                    "pq32x6,nprobe4"], tmp / f"aligner-{folder}.json"))
-        runs.append(run("bench_aggretriever_train_step.py", ["--steps", "2" if args.quick else "5"],
-                        tmp / "train_step.json"))
-        runs.append(run("bench_scale_ray.py", ["--docs", "64" if args.quick else "600"], tmp / "ray.json"))
-        deepct = subprocess.run([sys.executable, str(HERE / "bench_deepct_index.py"), "--docs", docs],
-                                check=True, capture_output=True, text=True, cwd=HERE).stdout
-        print(deepct)
-        startup = subprocess.run([sys.executable, str(HERE / "bench_startup.py"), "--runs", "3" if args.quick else "5"],
-                                 check=True, capture_output=True, text=True, cwd=HERE).stdout
-        print(startup)
-        # its own generated page: docs/scale-results.md + docs/scale.png
-        subprocess.run([sys.executable, str(HERE / "bench_scale.py"), "--sizes",
-                        "30000" if args.quick else args.scale_sizes], check=True, cwd=HERE)
+def plan(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    """(label, module, arguments) of every benchmark, in the order they run. `--quick` runs each script at tiny
+    sizes with one of our sides beside its baseline (tests/test_bench.py runs it in the default suite)."""
+    quick = args.quick
+    docs = "120" if quick else "800"
+    queries = ["--queries", "20"] if quick else []
+    ours = ["--sides", "ours torch fp32"] if quick else []
+    lengths = ("128",) if quick else ("256", "512")
+    steps = [(f"aggretriever-{length}", "bench_aggretriever",
+              ["--passages", "16" if quick else "1000", "--max-length", length, "--rounds", "1" if quick else "3",
+               *ours]) for length in lengths]
+    steps += [
+        ("query-latency", "bench_query_latency", ["--queries", "20" if quick else "300", *ours]),
+        ("precision", "bench_precision_quality", ["--docs", docs, *queries, *(
+            ["--models", "Aggretriever", "--settings", "onnx int8"] if quick else [])]),
+        ("aligner-search", "bench_aligner_search", ["--docs", docs, *queries, "--compressed", "pq16x8,nprobe4",
+                                                    *([] if quick else ["pq32x6,nprobe4"])]),
+    ]
+    if args.corpus_encodings:
+        for dataset, split, folder in (("scifact", "test", "scifact"), ("msmarco-dl19-subset", "dl19", "dl19")):
+            steps.append((f"aligner-search-{folder}", "bench_aligner_search", [
+                "--dataset", dataset, "--split", split, "--docs", "10000000", "--encoded",
+                str(corpus_encoding(args.corpus_encodings.resolve(), folder)), "--compressed", "pq16x8,nprobe4",
+                "pq32x6,nprobe4"]))
+    steps += [
+        ("train-step", "bench_aggretriever_train_step", ["--steps", "1", "--precision", "fp32"] if quick else
+         ["--steps", "5"]),
+        ("ray", "bench_scale_ray", ["--docs", "32" if quick else "600"]),
+        ("deepct-index", "bench_deepct_index", ["--docs", docs]),
+        ("startup", "bench_startup", ["--runs", "1", "--commands", "pyserini.encode --help"] if quick else
+         ["--runs", "5"]),
+    ]
+    return [step for step in steps if not args.only or step[1] in args.only]
+
+
+def run(label: str, module: str, arguments: list[str], out: Path) -> tuple[str, dict, float]:
+    """One benchmark in a process of its own: what it printed (for the page), its figures, its seconds."""
+    started = time.perf_counter()
+    done = subprocess.run([*module_command(module), *arguments, "--json", str(out)], capture_output=True, text=True,
+                          cwd=ROOT, env=child_env())
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"bench/{module}.py ({label}) failed with exit code {done.returncode} (its error above)")
+    shown = [os.path.relpath(a, ROOT) if os.path.isabs(a) else a for a in arguments]  # as typed from the repository
+    command = f"$ python -m bench.{module} {shlex.join(shown)}"
+    print(f"{command}   [{seconds:.0f} s]\n{done.stdout}", flush=True)
+    return f"{command}\n{done.stdout}", json.loads(out.read_text()), seconds
+
+
+def scale(args: argparse.Namespace, output_dir: Path) -> float:
+    """bench/bench_scale.py: its own page (scale-results.md + .json + scale.png in `output_dir`)."""
+    started = time.perf_counter()
+    if args.quick:  # DeepCT's text build only (its synthetic rows start at 30,000), no Ray
+        arguments = ["--sizes", "1000", "--models", "deepct", "--no-ray", "--work", str(output_dir / "scale-work")]
+    else:
+        arguments = ["--sizes", args.scale_sizes]
+    subprocess.run([*module_command("bench_scale"), *arguments, "--output", str(output_dir / "scale-results.md")],
+                   check=True, cwd=ROOT, env=child_env())
+    return time.perf_counter() - started
+
+
+def plot(figures: dict[str, dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for (_, data), axis in zip(runs[:2], axes):
+    encodings = [data for label, data in figures.items() if label.startswith("aggretriever-")]
+    if not encodings:
+        return
+    figure, axes = plt.subplots(1, len(encodings), figsize=(5.5 * len(encodings), 4), squeeze=False)
+    for data, axis in zip(encodings, axes[0]):
         sides = list(data["sides"])
         axis.bar(range(len(sides)), [data["sides"][s]["speedup"] for s in sides])
         axis.set_xticks(range(len(sides)), sides, rotation=30, ha="right")
         axis.set_ylabel("passages/s relative to Pyserini")
         axis.set_title(f"Aggretriever documents, max length {data['max_length']}")
     figure.tight_layout()
-    figure.savefig(DOCS / "bench.png", dpi=100)
-    printed = "\n".join(text for text, _ in runs) + "\n$ python bench/bench_deepct_index.py --docs " + docs + \
-        "\n" + deepct + "\n$ python bench/bench_startup.py\n" + startup
-    RESULTS.write_text(
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, not for the figures)")
+    parser.add_argument("--corpus-encodings", type=Path, help="make report's work folder: whole-corpus AligneR runs")
+    parser.add_argument("--scale-sizes", default="30000,100000,300000,1000000",
+                        help="corpus sizes of bench_scale.py (docs/scale-results.md; hours at 1M on 2 cores)")
+    parser.add_argument("--output-dir", type=Path,
+                        help="where the pages go (default: docs/; with --quick: runs/bench-quick/)")
+    parser.add_argument("--only", nargs="+", metavar="MODULE", help="only these benchmarks (e.g. bench_startup)")
+    parser.add_argument("--no-scale", action="store_true", help="skip bench_scale.py (the scaling curves)")
+    parser.add_argument("--json", type=Path, help="also write every benchmark's figures to this file")
+    args = parser.parse_args()
+    output_dir = args.output_dir or (ROOT / "runs" / "bench-quick" if args.quick else DOCS)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    pages, figures, seconds = [], {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, module, arguments in plan(args):
+            page, figures[label], seconds[label] = run(label, module, arguments, Path(tmp) / f"{label}.json")
+            pages.append(page)
+    if not args.no_scale and not args.only:
+        seconds["scale"] = scale(args, output_dir)
+    plot(figures, output_dir / "bench.png")
+    (output_dir / "bench-results.md").write_text(
         "# Benchmark results (`make bench`)\n\n"
         "<!-- Generated by bench/make_report.py: `make bench` rewrites this whole file. Notes go in bench.md. -->\n\n"
-        f"Written by `bench/make_report.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; every figure "
-        "below is what one run of each script printed (baseline and ours in the same run, each side in its own "
-        "process where the script says so). How to read them, and the runs on other machines: [bench.md](bench.md). "
-        "The GPU checks (CUDA only) are in [gpu.md](gpu.md).\n\n"
-        "![Aggretriever encoding speed-ups](bench.png)\n\n```\n"
-        + repository_relative(printed) + "```\n")
+        f"Written by `python -m bench.make_report{' --quick' if args.quick else ''}` on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; every figure below is what one run of each script printed "
+        "(baseline and ours in the same run, each side in its own process where the script says so). How to read "
+        "them, and the runs on other machines: [bench.md](bench.md). The scaling curves: "
+        "[scale-results.md](scale-results.md). The GPU checks (CUDA only) are in [gpu.md](gpu.md).\n\n"
+        "![Aggretriever encoding speed-ups](bench.png)\n\n```\n" + repository_relative("\n".join(pages)) + "```\n")
+    seconds["all"] = time.perf_counter() - started
+    if args.json:
+        args.json.write_text(json.dumps({"quick": args.quick, "figures": figures, "seconds": seconds}, indent=1))
+    print(f"wrote {output_dir / 'bench-results.md'} in {seconds['all']:.0f} s: "
+          + ", ".join(f"{label} {s:.0f} s" for label, s in seconds.items() if label != "all"))
 
 
 if __name__ == "__main__":

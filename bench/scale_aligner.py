@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_common import DATASET, measure, python  # noqa: E402
-
-from pyserini_ext.index.aligner import AlignerIndexBuilder, AlignerIndexSettings, EncodedCorpus  # noqa: E402
+from bench.common import DATASET, measure, python
+from pyserini_ext.index.aligner import AlignerIndexBuilder, AlignerIndexSettings, EncodedCorpus
 
 RUN_LENGTH = 8  # tokens per recombined run
 EXACT_BLOCK = 8192  # documents decoded at a time by the exhaustive scoring

@@ -2,7 +2,7 @@
 (pyserini_ext/index/deepct.py: a Lucene index per chunk, joined by Lucene at the end), searched with BM25 by
 Pyserini's LuceneSearcher.
 
-    python bench/scale_deepct.py --sizes 30000,100000 --workdir runs/scale
+    python -m bench.scale_deepct --sizes 30000,100000 --workdir runs/scale
 
 One row per N and source; every figure of a build or a search comes from one child process of its own:
   build s, build MB     wall time, and peak RSS of the build process alone (its VmHWM at its end: the model, the
@@ -26,7 +26,7 @@ Where the word weights come from (`source`):
   synthetic  the same builder (part writing: tf rule, Lucene analysis, one Lucene index per chunk; finalise: the
              Lucene merge) with only `weigh` replaced: the DL19 passages get the shipped model's weights (computed
              once, chunk by chunk as the build does, and cached: at 30,005 the index equals the text build's), each
-             distractor word its mean model weight over the DL19 passages
+             distractor word its mean model weight over the DL19 passages; N from 30,000 up
 `rows(sizes, workdir)` is what bench/bench_scale.py calls. Measured rows are kept under WORKDIR/deepct/rows and
 reused (--fresh measures again).
 """
@@ -44,23 +44,16 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_common import DATASET, base_corpus, measure, python, write_corpus  # noqa: E402
+from bench.common import DATASET, base_corpus, measure, memory_mb, module_command, write_corpus
 
 SIZES = (30000, 100000, 300000, 1000000)
 REAL_PASSAGES = 30005
+# synthetic rows from here up (at 30,000 beside the text row, which checks them); below, the text build is cheap and
+# the weight table would cost weighing all 30,005 DL19 passages
+SYNTHETIC_FROM = 30000
 ROUNDS, HITS, SPLIT = 3, 1000, "dl19"
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
-
-
-def self_rss_mb() -> float:
-    """Peak RSS of this process since it started this program: VmHWM, the high-water mark of its own memory map.
-    (getrusage's and wait4's ru_maxrss are not: exec keeps the maximum of the memory map it replaces, which for a
-    child of a large parent is the parent's RSS at the fork.)"""
-    with open("/proc/self/status") as status:
-        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    return round(kib / 1024, 1)
 
 
 def deepct_bm25() -> tuple[float, float]:
@@ -192,7 +185,7 @@ def child_build(args: argparse.Namespace) -> None:
         merge_mb = None
     info = read_index_metadata(args.output)
     print(json.dumps({"documents": info["documents"], "parts": info["parts"], "total_tf": info["total_tf"],
-                      "self_rss_mb": self_rss_mb(), "merge_rss_mb": merge_mb}))
+                      "self_rss_mb": memory_mb(), "merge_rss_mb": merge_mb}))
 
 
 def child_search(args: argparse.Namespace) -> None:
@@ -213,7 +206,7 @@ def child_search(args: argparse.Namespace) -> None:
             run[qid] = [(h.docid, float(h.score)) for h in hits]
     Path(args.run).write_text(json.dumps(run))
     print(json.dumps({"p50_ms": 1000 * float(np.percentile(times, 50)),
-                      "p95_ms": 1000 * float(np.percentile(times, 95)), "self_rss_mb": self_rss_mb()}))
+                      "p95_ms": 1000 * float(np.percentile(times, 95)), "self_rss_mb": memory_mb()}))
 
 
 # ---- checks in this process (not measured) -------------------------------------------------------------------
@@ -308,8 +301,8 @@ class Bench:
         corpus = write_corpus(n, self.corpora / f"corpus-{n}.jsonl")
         weights = ["--weights", write_weight_table(self.root / "weights", self.model)] if source == "synthetic" else []
         result = self.cached(name + ".build", lambda: self.run(
-            [python(), __file__, "build", "--size", n, "--corpus", corpus, "--model", self.model, "--output", output,
-             "--workers", workers, *weights], f"{name}: build"))
+            [*module_command("scale_deepct"), "build", "--size", n, "--corpus", corpus, "--model", self.model,
+             "--output", output, "--workers", workers, *weights], f"{name}: build"))
         return output, result
 
     def row(self, n: int, source: str, ray: bool) -> dict:
@@ -321,7 +314,7 @@ class Bench:
         index, built = self.built(n, source, 1)
         run_file = index.with_name(index.name + ".run.json")
         searched = self.cached(index.name + ".search", lambda: self.run(
-            [python(), __file__, "search", "--index", index, "--run", run_file], f"{index.name}: search"))
+            [*module_command("scale_deepct"), "search", "--index", index, "--run", run_file], f"{index.name}: search"))
         run = json.loads(run_file.read_text())
 
         def checks() -> dict:
@@ -354,7 +347,8 @@ def rows(sizes: list[int] | tuple[int, ...] = SIZES, workdir: str | os.PathLike 
     for n in sorted(sizes):
         if n <= REAL_PASSAGES:
             found.append(bench.row(n, "text", ray))
-        found.append(bench.row(n, "synthetic", ray))
+        if n >= SYNTHETIC_FROM:
+            found.append(bench.row(n, "synthetic", ray))
     return found
 
 

@@ -1,7 +1,7 @@
 """GPU training check: the three trainers on CUDA (fp32 and bf16 autocast) beside the same steps on the CPU.
 
-    python bench/gpu_train_check.py prepare BUNDLE   # here: a small distillation set (BM25 needs the JVM) + backbone
-    python bench/gpu_train_check.py run BUNDLE [--steps 40] [--only deepct ...] [--backbone FOLDER] [--profile]
+    bash bench/gpu/check.sh train prepare BUNDLE  # here: a small distillation set (BM25 needs the JVM) + backbone
+    bash bench/gpu/check.sh train run BUNDLE [--steps 40] [--only deepct ...] [--backbone FOLDER] [--profile]
 
 `prepare` builds a distillation set of SciFact passages (the positives of 100 train queries plus random others;
 those queries labelled, one pseudo-query per passage) with the real teachers, and copies splade-tiny's folder,
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,8 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 KINDS = ("deepct", "aggretriever", "aligner")
 QUERIES = 100
 PASSAGES = 400
@@ -93,12 +91,11 @@ def _profiled(train, model, data, config, out: Path, rows: int = 12) -> str:
 
 def run(bundle: Path, steps: int, kinds: list[str], backbone: Path, out: Path, device: str,
         profile: bool = False) -> None:
-    from gpu_check import _encoders, _pyserini_base_classes
-
+    from bench.gpu.encode import encoders, pyserini_stand_ins
     from pyserini_ext.train.distill import DistillationSet
     from pyserini_ext.train.loop import TrainConfig
 
-    _pyserini_base_classes()
+    pyserini_stand_ins()
     if device.startswith("cuda"):
         assert torch.cuda.is_available(), "no CUDA device"
         print(f"{torch.cuda.get_device_name()}", flush=True)
@@ -136,7 +133,7 @@ def run(bundle: Path, steps: int, kinds: list[str], backbone: Path, out: Path, d
                       flush=True)
     # the CUDA-trained folders, loaded back by our encoders on both devices
     (out / "defaults.json").write_text(json.dumps(defaults))
-    makers, _ = _encoders(out, batch=64)
+    makers, _ = encoders(out, batch=64)
     for kind in kinds:
         cpu = makers[kind]({"device": "cpu"})(texts)
         cuda = makers[kind]({"device": device})(texts)
@@ -151,7 +148,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="at least 12 (the loss is compared over 10 steps)")
     parser.add_argument("--only", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--backbone", type=Path, help="default: the bundle's splade-tiny folder")
-    parser.add_argument("--out", type=Path, default=Path("/tmp/gpu-train-check"))
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "gpu-train-check")
     parser.add_argument("--device", default="cuda", help="cpu only to dry-run this script")
     parser.add_argument("--profile", action="store_true",
                         help="also print the operators that take the time in 4 fp32 and 4 bf16 steps of each model")

@@ -7,7 +7,7 @@ Per block of [64 positions, 30,522] logits (random, both term-weight signs), mil
   * `log space, compiled`: the same through `torch.compile`, as the encoder runs full blocks on CPU.
 The outputs are checked against each other; ratios are baseline / ours.
 
-    .venv/bin/python bench/bench_vocabulary_kernel.py --threads 2
+    .venv/bin/python experiments/aggretriever-kernels/vocabulary_kernel.py --threads 2
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=40)
-    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)

@@ -6,7 +6,7 @@ slow; ONNX Runtime's own kernels (MLAS) run the ONNX backend. This prints both, 
 as milliseconds per block and as a ratio to torch's matrix product, so a user can tell whether the ONNX backend
 (`aggretriever-onnx`, `--backend onnx`) pays off on their machine.
 
-    .venv/bin/python bench/bench_decoder_product.py --threads 2
+    .venv/bin/python experiments/aggretriever-kernels/decoder_product.py --threads 2
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=129)
     parser.add_argument("--vocab", type=int, default=30522)
     parser.add_argument("--repeats", type=int, default=100)
-    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -1,9 +1,9 @@
 """The default Aggretriever against the previous one: document encoding speed of the two model folders on the same
 backend and precision, same passages, one run (issue 46's bound: the new default within 1.25x of the old).
 
-    .venv/bin/python bench/bench_aggretriever_default.py --passages 500 --rounds 3
+    .venv/bin/python experiments/aggretriever-full-width/default_speed.py --passages 500 --rounds 3
 
-Each (model, side) runs in its own fresh subprocess through bench_aggretriever.py's worker (ours only; the rounds
+Each (model, side) runs in its own fresh subprocess through bench/bench_aggretriever.py's worker (ours only; the rounds
 alternate the two models so that drift on a shared machine hits both alike); the median time per side is reported
 with passages/s, peak RSS, the vector width and index bytes per passage (float32 Faiss flat), and the ratio of the
 previous default's speed to the new one's (above 1: the new default is slower).
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_aggretriever  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench/ (this is no benchmark of it)
+from bench.common import SIDES, run_side, runnable  # noqa: E402
 
 MODELS = {"previous default": "aggretriever-minilm", "default": "aggretriever"}
 
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sides", nargs="+", default=["ours onnx fp32", "ours torch fp32"],
-                        choices=[s for s in bench_aggretriever.SIDES if s != "pyserini"])
+                        choices=[s for s in SIDES if s != "pyserini"])
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -41,7 +41,7 @@ def main() -> None:
 
     folders = {name: str(resolve_model(model)) for name, model in MODELS.items()}
     dims = {name: Aggretriever.from_pretrained(folder).dim for name, folder in folders.items()}
-    sides = bench_aggretriever.runnable({s: bench_aggretriever.SIDES[s] for s in args.sides})
+    sides = runnable({s: SIDES[s] for s in args.sides})
     seconds: dict[tuple[str, str], list[float]] = {}
     peaks: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +49,7 @@ def main() -> None:
             for side in sides:
                 for name, folder in folders.items():
                     out = str(Path(tmp) / f"{len(seconds)}-{len(peaks)}")
-                    bench_aggretriever.run_side(bench_aggretriever.__file__, side, args.threads, [
+                    run_side("bench_aggretriever", side, args.threads, [
                         "--model", folder, "--out", out, "--passages", str(args.passages), "--max-length",
                         str(args.max_length), "--batch-size", str(args.batch_size)])
                     run = json.loads(Path(out + ".json").read_text())

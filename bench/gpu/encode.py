@@ -1,7 +1,7 @@
-"""GPU check (one GPU, < 5 minutes): torch fp32/fp16/bf16 and ONNX Runtime CUDA encodings of N passages for the
-three shipped models; parity against CPU fp32 on the first 256 passages, and throughput.
+"""GPU encoding check (one GPU, < 5 minutes): torch fp32/fp16/bf16 and ONNX Runtime CUDA encodings of N passages
+for the three shipped models; parity against CPU fp32 on the first 256 passages, and throughput.
 
-    python bench/gpu_check.py [--passages 10000] [--corpus corpus.jsonl[.gz]] [--models-dir resources/models]
+    bash bench/gpu/check.sh encode [--passages 10000] [--corpus corpus.jsonl[.gz]] [--models-dir resources/models]
 
 The corpus defaults to SciFact through the project's loader (5,183 passages: fewer than 10k, so the throughput
 runs cycle through it to reach --passages). The device machine has no Pyserini (its package needs a JVM and is
@@ -13,19 +13,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _pyserini_base_classes() -> None:
+def pyserini_stand_ins() -> None:
+    """Where Pyserini is not installed, stand-ins for the two base classes our encoder adapters subclass."""
+    import sys
+    import types
+
     try:
         import pyserini.encode  # noqa: F401
     except ImportError as missing:
@@ -45,7 +46,7 @@ def _texts(corpus: str | None, count: int) -> list[str]:
     return list(itertools.islice(itertools.cycle(texts), count))
 
 
-def _encoders(models_dir: Path, batch: int):
+def encoders(models_dir: Path, batch: int):
     from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
     from pyserini_ext.encode.aligner import AlignerDocumentEncoder
     from pyserini_ext.encode.deepct import RuntimeDeepCTModel
@@ -96,12 +97,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu only to dry-run this script")
     args = parser.parse_args()
 
-    _pyserini_base_classes()
+    pyserini_stand_ins()
     if args.device.startswith("cuda"):
         assert torch.cuda.is_available(), "no CUDA device"
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     texts = _texts(args.corpus, args.passages)
-    makers, defaults = _encoders(args.models_dir, args.batch)
+    makers, defaults = encoders(args.models_dir, args.batch)
     for kind in args.only or makers:
         make = makers[kind]
         reference = make({"device": "cpu"})(texts[:256])
