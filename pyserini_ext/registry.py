@@ -22,30 +22,30 @@ class EncoderEntry:
 
 ENCODERS: dict[str, EncoderEntry] = {
     "aggretriever": EncoderEntry(
-        "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
-        "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
+        "pyserini_ext.integration.encoders:AggretrieverDocumentEncoder",
+        "pyserini_ext.integration.encoders:AggretrieverQueryEncoder",
     ),
     "aggretriever-onnx": EncoderEntry(
-        "pyserini_ext.encode.aggretriever:AggretrieverDocumentEncoder",
-        "pyserini_ext.encode.aggretriever:AggretrieverQueryEncoder",
+        "pyserini_ext.integration.encoders:AggretrieverDocumentEncoder",
+        "pyserini_ext.integration.encoders:AggretrieverQueryEncoder",
         {"backend": "onnx"},
     ),
     "deepct": EncoderEntry(
-        "pyserini_ext.encode.deepct:DeepCTDocumentEncoder",
-        "pyserini_ext.encode.deepct:DeepCTQueryEncoder",
+        "pyserini_ext.integration.encoders:DeepCTDocumentEncoder",
+        "pyserini_ext.integration.encoders:DeepCTQueryEncoder",
     ),
     "deepct-onnx": EncoderEntry(
-        "pyserini_ext.encode.deepct:DeepCTDocumentEncoder",
-        "pyserini_ext.encode.deepct:DeepCTQueryEncoder",
+        "pyserini_ext.integration.encoders:DeepCTDocumentEncoder",
+        "pyserini_ext.integration.encoders:DeepCTQueryEncoder",
         {"backend": "onnx"},
     ),
     "aligner": EncoderEntry(
-        "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
-        "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+        "pyserini_ext.integration.encoders:AlignerDocumentEncoder",
+        "pyserini_ext.integration.encoders:AlignerQueryEncoder",
     ),
     "aligner-onnx": EncoderEntry(
-        "pyserini_ext.encode.aligner:AlignerDocumentEncoder",
-        "pyserini_ext.encode.aligner:AlignerQueryEncoder",
+        "pyserini_ext.integration.encoders:AlignerDocumentEncoder",
+        "pyserini_ext.integration.encoders:AlignerQueryEncoder",
         {"backend": "onnx"},
     ),
 }

@@ -8,8 +8,9 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 from pyserini_ext.cli.__main__ import main as cli
-from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
+from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder
 from pyserini_ext.errors import ModelFolderError
+from pyserini_ext.integration.encoders import AggretrieverQueryEncoder  # Pyserini's: pre-encoded queries too
 from pyserini_ext.models.aggretriever import (
     Aggretriever,
     AggretrieverConfig,

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DistilBertC
 
 from pyserini_ext import hardware
 from pyserini_ext.data.text import document_texts
-from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder, _AggretrieverEncoder
+from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverEncoder, AggretrieverQueryEncoder
 from pyserini_ext.encode.runtime import EncoderRuntime
 from pyserini_ext.models.aggretriever import AggretrieverConfig, from_masked_lm, identity_semantic_head
 
@@ -63,7 +63,7 @@ def test_pooled_graph_matches_torch(model_dir, tmp_path):
     """The GPU's variant (weights and max inside the graph), checked here on the CPU."""
     expected = AggretrieverDocumentEncoder(str(model_dir), device="cpu").encode(TEXTS, max_length=128)
     runtime = EncoderRuntime("onnx", "cpu", onnx_dir=str(tmp_path), position_chunk=5)
-    pooled = _AggretrieverEncoder(str(model_dir), None, runtime, pooled_graph=True)
+    pooled = AggretrieverEncoder(str(model_dir), None, runtime, pooled_graph=True)
     got = pooled.encode_texts(document_texts(TEXTS, None), 128)
     assert got.shape == expected.shape and np.abs(got - expected).max() <= 1e-5
     assert (tmp_path / "aggretriever-vocabulary-pooled.onnx").is_file()

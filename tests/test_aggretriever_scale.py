@@ -208,7 +208,7 @@ def test_ivfpq_index_opens_in_pyserini_search_faiss_and_finds_flat_hits(model, s
                                                                          ivfpq_one_piece, tmp_path):
     from pyserini.search.faiss import FaissSearcher
 
-    from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+    from pyserini_ext.integration.encoders import AggretrieverQueryEncoder
 
     queries = sample[0]
     index = faiss.read_index(str(ivfpq_one_piece / "index"))

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 from pyserini_ext.data import document_text
-from pyserini_ext.encode.deepct import DeepCTQueryEncoder
 from pyserini_ext.evaluation import read_trec_run
 from pyserini_ext.index.deepct import write_term_frequency_index
+from pyserini_ext.integration.encoders import DeepCTQueryEncoder
 from pyserini_ext.models.deepct import DeepCTModel
 from pyserini_ext.models.deepct_terms import merge_word_weights, word_term_frequencies
 

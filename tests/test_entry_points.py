@@ -65,7 +65,7 @@ def test_a_shipped_folder_name_stands_for_that_folder(tmp_path, monkeypatch):
     them), and Pyserini hands it to our class; a local path of the same name wins."""
     from pyserini.search.faiss.__main__ import init_query_encoder
 
-    from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+    from pyserini_ext.integration.encoders import AggretrieverQueryEncoder
 
     shipped = registry.resources_dir() / "models" / "aligner-splade-tiny"
     assert resolve_model("aligner-splade-tiny") == str(shipped)
@@ -87,9 +87,13 @@ def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     from pyserini.search.faiss.__main__ import init_query_encoder
     from pyserini.search.lucene import LuceneImpactSearcher
 
-    from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
-    from pyserini_ext.encode.aligner import AlignerDocumentEncoder
-    from pyserini_ext.encode.deepct import DeepCTDocumentEncoder, DeepCTQueryEncoder
+    from pyserini_ext.integration.encoders import (
+        AggretrieverDocumentEncoder,
+        AggretrieverQueryEncoder,
+        AlignerDocumentEncoder,
+        DeepCTDocumentEncoder,
+        DeepCTQueryEncoder,
+    )
 
     aligner = Path(resolve_model("aligner")).with_name("aligner-splade-tiny")
     assert "splade" in aligner.name and aligner.is_dir()
@@ -105,7 +109,7 @@ def test_folder_is_recognised_by_its_config_not_its_name(tmp_path):
     # the keyword `aggretriever` matches first, but the bare name `aggretriever-onnx` names its own entry: the
     # Aggretriever encoder on the ONNX Runtime backend
     onnx_encoder = document_encoder("aggretriever-onnx")
-    assert isinstance(onnx_encoder, AggretrieverDocumentEncoder) and onnx_encoder._encoder.runtime.backend == "onnx"
+    assert isinstance(onnx_encoder, AggretrieverDocumentEncoder) and onnx_encoder.runtime.backend == "onnx"
     query = init_query_encoder(str(neutral), None, None, None, None, "cpu", 32, "cls", False, None)
     assert isinstance(query, AggretrieverQueryEncoder)
     assert isinstance(LuceneImpactSearcher._init_query_encoder_from_str("deepct"), DeepCTQueryEncoder)

@@ -1,13 +1,15 @@
-"""The stage order of the package, checked on the source: no module imports a later stage.
+"""The stage order of the package, checked on the source: no module imports a later stage, and no circle.
 
 data -> models -> encode -> index -> search -> train / evaluation -> cli (and demo). `java_bridge` and `registry`
 are the foundation (they import no stage statically: registry names encoders as strings); so is `integration`
-(every patch of Pyserini: imported at start-up and by encode/ for what Pyserini's command line said), except its
-modules that plug a later stage's functions into Pyserini, which sit at that stage: `integration.encode` resolves
-model names with models/, `integration.prebuilt` and the `search_*` patches wrap Pyserini's loaders with
-index/prebuilt's downloads and checks (the target functions stay in index/; only the patching is in integration/).
+(every patch of Pyserini: imported at start-up), except its modules that plug a later stage's functions into
+Pyserini, which sit at that stage: `integration.encode` resolves model names with models/, `integration.encoders`
+holds Pyserini's encoder classes over encode/'s runtime encoders, `integration.prebuilt` and the `search_*` patches
+wrap Pyserini's loaders with index/prebuilt's downloads and checks (the target functions stay in index/; only the
+patching is in integration/).
 `_startup` is an entry point like the CLI (the .pth hook; it names the integration modules as strings).
-Every `import` counts, also those inside functions, so a lazy import cannot hide a backwards dependency.
+Every `import` counts, also those inside functions, so a lazy import cannot hide a backwards dependency or a circle
+(two modules of one stage importing each other, directly or through others).
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ STAGES = {
     "pyserini_ext.data": 1, "pyserini_ext.models": 2, "pyserini_ext.encode": 3, "pyserini_ext.index": 4,
     "pyserini_ext.search": 5, "pyserini_ext.train": 6, "pyserini_ext.evaluation": 6, "pyserini_ext.cli": 7,
     "pyserini_ext.demo": 7, "pyserini_ext.integration": 0, "pyserini_ext.integration.encode": 2,
+    "pyserini_ext.integration.encoders": 3,
     "pyserini_ext.integration.prebuilt": 4, "pyserini_ext.integration.search_lucene": 4,
-    "pyserini_ext.integration.search_faiss": 4, "pyserini_ext.integration.server_models": 4,
-    "pyserini_ext.integration.server_controller": 5, "pyserini_ext.integration.server_routes": 5,
+    "pyserini_ext.integration.search_faiss": 4,
     "pyserini_ext.repro": 6,  # the report's harness: runs commands, imports no cli
 }
 # (importer, imported) pairs still waiting for another change; each entry names it
@@ -76,6 +78,82 @@ def backward_imports() -> set[tuple[str, str]]:
 
 def test_no_module_imports_a_later_stage():
     assert backward_imports() - PENDING == set()
+
+
+def import_graph(root: Path = ROOT, tops: tuple[str, ...] = ("pyserini_ext", "java_bridge")) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (every `import`, lazy ones included; `from a import b` is the
+    module a.b where that is one, else a; relative imports resolved). A package's `__init__` counts as the package."""
+    files = {}
+    for top in tops:
+        for path in (root / top).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names)
+        graph[module] = {name for name in found if name in files and name != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every circle is in one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = [stack.pop()]
+            while component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_the_import_graph_has_no_circle():
+    graph = import_graph()
+    assert len(graph) > 50 and "pyserini_ext.models.folder" in graph["pyserini_ext.models.aggretriever.model"]
+    assert circles(graph) == []
+
+
+def test_the_circle_check_sees_lazy_and_relative_imports(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from pkg.sub import b\n")  # a package importing its module
+    (package / "a.py").write_text("import json\ndef f():\n    from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("from . import c\n")
+    (package / "sub" / "c.py").write_text("X = 1\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.b"}, "pkg.a": {"pkg.sub.b"}, "pkg.sub.b": {"pkg.sub.c"},
+                     "pkg.sub.c": set()}
+    assert circles(graph) == []
+    (package / "sub" / "c.py").write_text("def g():\n    from ..a import f\n")  # lazy, relative: a circle
+    assert circles(import_graph(tmp_path, ("pkg",))) == [["pkg.a", "pkg.sub.b", "pkg.sub.c"]]
 
 
 def test_the_check_sees_lazy_and_from_imports(tmp_path):

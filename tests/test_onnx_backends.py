@@ -85,9 +85,9 @@ def test_aligner_onnx_tokens_and_pooled(aligner_dir, texts, tmp_path, side):
     onnx = cls(str(aligner_dir), backend="onnx", onnx_dir=str(tmp_path))
     for (v, w), (ov, ow) in zip(torch_encoder.encode_tokens(batch, beta=0.5), onnx.encode_tokens(batch, beta=0.5)):
         assert v.shape == ov.shape and np.abs(v - ov).max() <= 1e-4 and np.abs(w - ow).max() <= 1e-4
-    assert np.abs(torch_encoder._pooled(batch, None, False) - onnx._pooled(batch, None, False)).max() <= 1e-4
+    assert np.abs(torch_encoder.pooled(batch, None, False) - onnx.pooled(batch, None, False)).max() <= 1e-4
     int8 = cls(str(aligner_dir), backend="onnx", precision="int8", onnx_dir=str(tmp_path))
-    pooled_diff = np.abs(torch_encoder._pooled(batch, None, False) - int8._pooled(batch, None, False)).max()
+    pooled_diff = np.abs(torch_encoder.pooled(batch, None, False) - int8.pooled(batch, None, False)).max()
     assert 1e-4 < pooled_diff <= 0.08
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"aligner-{side}.int8.onnx", f"aligner-{side}.onnx"]
 

@@ -148,7 +148,7 @@ def test_catalogue_records_kind_stats_and_model(catalogue):
 def test_lucene_and_impact_prebuilt_by_name_through_pyserini(registered, tmp_path):
     from pyserini.search.lucene import LuceneImpactSearcher, LuceneSearcher
 
-    from pyserini_ext.encode.deepct import DeepCTQueryEncoder
+    from pyserini_ext.integration.encoders import DeepCTQueryEncoder
 
     _, root, _ = registered
     bm25 = LuceneSearcher.from_prebuilt_index("scifact-mini.bm25")
@@ -179,7 +179,7 @@ def test_searching_with_another_model_version_is_an_error(registered, tmp_path):
 def test_faiss_and_hybrid_cli_by_prebuilt_name_with_bare_encoder(registered, tmp_path):
     from pyserini.search.faiss import FaissSearcher
 
-    from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+    from pyserini_ext.integration.encoders import AggretrieverQueryEncoder
 
     _, root, _ = registered
     topics = tmp_path / "topics.tsv"
@@ -239,7 +239,7 @@ def test_pyserini_aggretriever_index_and_encoded_queries_through_a_mirror(regist
     from pyserini.encode import QueryEncoder
     from pyserini.search.faiss import FaissSearcher
 
-    from pyserini_ext.encode.aggretriever import AggretrieverQueryEncoder
+    from pyserini_ext.integration.encoders import AggretrieverQueryEncoder
 
     served, url = server
     _, root, docs = registered

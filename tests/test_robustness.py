@@ -343,11 +343,15 @@ def test_lone_surrogates_are_replaced_and_counted(tmp_path, caplog, tiny_aggretr
 
 
 def test_dimension_mismatches_are_caught_before_pyserini_writes(tmp_path, monkeypatch, tiny_aggretriever):
-    from pyserini_ext.encode.aggretriever import AggretrieverDocumentEncoder, AggretrieverQueryEncoder
+    """The classes Pyserini builds (through our lazy class in its maps) are checked against its command line; our
+    own runtime encoders know nothing of it."""
+    from pyserini_ext.encode.aggretriever import AggretrieverEncoder
+    from pyserini_ext.integration.encode import our_class
 
     monkeypatch.setattr(arguments, "_cli_options", {"dimension": 768, "to_faiss": True, "dimension_given": True})
     with pytest.raises(OptionError, match="--dimension 768 does not fit .* 64 dimensions; pass --dimension 64"):
-        AggretrieverDocumentEncoder(str(tiny_aggretriever))
+        our_class(str(tiny_aggretriever), "document")(str(tiny_aggretriever))
+    assert AggretrieverEncoder(str(tiny_aggretriever)).dim == 64  # the runtime encoder: no check
     import faiss
     index_dir = tmp_path / "faiss"
     index_dir.mkdir()
@@ -355,7 +359,7 @@ def test_dimension_mismatches_are_caught_before_pyserini_writes(tmp_path, monkey
     monkeypatch.setattr(arguments, "_cli_options", {"index": str(index_dir)})
     with pytest.raises(OptionError, match="holds 32-dimensional vectors, but the aggretriever query encoder "
                                           "gives 64"):
-        AggretrieverQueryEncoder(str(tiny_aggretriever))
+        our_class(str(tiny_aggretriever), "query")(str(tiny_aggretriever))
 
 
 @pytest.mark.slow

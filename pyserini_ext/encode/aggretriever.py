@@ -1,10 +1,14 @@
-"""Pyserini adapters for Aggretriever: `--encoder-class aggretriever` (torch) and `aggretriever-onnx` (ONNX
-Runtime) in `python -m pyserini.encode`, `pyserini.search.faiss` and `pyserini.search.hybrid` resolve to these
-classes (see registry.py and integration/encode.py); `backend`, `precision` and the rest of `EncoderRuntime` are
-keyword options.
+"""Aggretriever encoders on torch or ONNX Runtime: `AggretrieverEncoder` (texts -> [n, dim] float32 vectors) and its
+document and query sides, `AggretrieverDocumentEncoder` (title + text, 512 tokens by default) and
+`AggretrieverQueryEncoder` (the model's `query_max_length` by default); `backend`, `precision` and the rest of
+`EncoderRuntime` are keyword options. Nothing here knows Pyserini: its adapter classes (`--encoder-class
+aggretriever`, `aggretriever-onnx`) are in integration/encoders.py.
 
-The ONNX backend exports the model as two graphs, so that ONNX Runtime never materialises a batch x length x
-vocabulary tensor either:
+The ONNX graphs and the numpy pooling that completes them live here, with the runtime that runs them, not in
+models/: how the model is cut into graphs is a runtime decision (which part runs where, per device and
+precision), while models/ holds the torch module and the public parts of it that the graphs are built from
+(`Aggretriever.mlm_head`, `dense`, `tok_proj`). The ONNX backend exports the model as two graphs, so that ONNX
+Runtime never materialises a batch x length x vocabulary tensor either:
   * `aggretriever-body`:    (input_ids, attention_mask) -> [CLS] projection, MLM-transformed hidden states of
                             positions 1..L-1, and their term weights;
   * `aggretriever-vocabulary`: rows [R, H] -> softmax(rows @ E^T + b), [R, vocab], the distributions of a chunk
@@ -21,13 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from pyserini.encode import DocumentEncoder, QueryEncoder
 from torch import nn
 
 from pyserini_ext.data.text import document_texts, sanitize_texts
-from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
-from pyserini_ext.integration import arguments
 from pyserini_ext.models.aggretriever import Aggretriever, AggretrieverConfig, aggregate
 from pyserini_ext.models.folder import load_tokenizer, resolve_model_folder
 
@@ -80,19 +81,20 @@ class _Vocabulary(nn.Module):
         return (probabilities * weights[:, None]).amax(0) if self.pooled else probabilities
 
 
-class _AggretrieverEncoder:
+class AggretrieverEncoder:
     """The model on one runtime: `encode_texts(texts, max_length) -> [n, dim]` float32."""
 
-    def __init__(self, model_name: str, tokenizer_name: str | None, runtime: EncoderRuntime,
+    def __init__(self, model_name: str, tokenizer_name: str | None = None, runtime: EncoderRuntime | None = None,
                  pooled_graph: bool | None = None):
         """pooled_graph (ONNX): the vocabulary graph weighs and maxes too; default: on a GPU only."""
         folder = resolve_model_folder(model_name)
+        runtime = runtime or EncoderRuntime()
         self.runtime = runtime
         self.tokenizer = load_tokenizer(tokenizer_name or folder)
         model = Aggretriever.from_pretrained(folder)
-        check_dimension(model.dim, "aggretriever")
         model.position_chunk = runtime.position_chunk
-        self.config, self.vocab_size = model.config, model.vocab_size
+        self.config, self.vocab_size, self.dim = model.config, model.vocab_size, model.dim
+        self.device = runtime.torch_device
         if runtime.backend == "torch":
             # bfloat16 weights, not only autocast: autocast would cast the [vocab, hidden] head weight again for every
             # chunk of positions (28% of the CPU time, measured)
@@ -142,50 +144,33 @@ class _AggretrieverEncoder:
         return np.concatenate([cls, agg], axis=1)
 
 
-class AggretrieverDocumentEncoder(DocumentEncoder):
-    """Document side; `max_length` defaults to 512 (Pyserini's encode CLI passes its --max-length)."""
+class AggretrieverDocumentEncoder(AggretrieverEncoder):
+    """Document side: title + text, `max_length` 512 by default."""
 
     def __init__(self, model_name: str, tokenizer_name: str | None = None, device: str | None = "cpu",
                  precision: str = "float32", backend: str = "torch", threads: int | None = None,
                  onnx_dir: str | None = None, position_chunk: int | None = None, **kwargs):
-        runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)
-        self._encoder = _AggretrieverEncoder(model_name, tokenizer_name, runtime)
-        self.model, self.tokenizer, self.device = self._encoder.model, self._encoder.tokenizer, runtime.torch_device
+        super().__init__(model_name, tokenizer_name,
+                         EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk))
 
     def encode(self, texts: list[str], titles: list[str] | None = None, fp16: bool = False,
                max_length: int = DOCUMENT_MAX_LENGTH, **kwargs) -> np.ndarray:
-        precision = "float16" if fp16 and self._encoder.runtime.backend == "torch" else None
-        return self._encoder.encode_texts(document_texts(texts, titles), max_length, precision)
+        precision = "float16" if fp16 and self.runtime.backend == "torch" else None
+        return self.encode_texts(document_texts(texts, titles), max_length, precision)
 
 
-class AggretrieverQueryEncoder(QueryEncoder):
-    """Query side; pre-encoded queries (`encoded_query_dir`) load as for any Pyserini query encoder.
+class AggretrieverQueryEncoder(AggretrieverEncoder):
+    """Query side: one query -> [dim]; the query length is `max_length` if given, else the model's
+    `query_max_length` (32 for Pyserini-layout checkpoints, as Pyserini)."""
 
-    The query length is `max_length` if given, else an explicit `--max-length` of the Pyserini command that
-    built this encoder, else the model's `query_max_length` (32 for Pyserini-layout checkpoints, as Pyserini).
-    """
-
-    def __init__(self, encoder_dir: str | None = None, tokenizer_name: str | None = None,
-                 encoded_query_dir: str | None = None, device: str | None = "cpu", max_length: int | None = None,
-                 fp16: bool = False, precision: str | None = None, backend: str = "torch",
-                 threads: int | None = None, onnx_dir: str | None = None,
+    def __init__(self, encoder_dir: str, tokenizer_name: str | None = None, device: str | None = "cpu",
+                 max_length: int | None = None, fp16: bool = False, precision: str | None = None,
+                 backend: str = "torch", threads: int | None = None, onnx_dir: str | None = None,
                  position_chunk: int | None = None, **kwargs):
-        super().__init__(encoded_query_dir)
-        model_length = QUERY_MAX_LENGTH
-        if encoder_dir:
-            precision = precision or ("float16" if fp16 and backend == "torch" else "float32")
-            runtime = EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk)
-            self._encoder = _AggretrieverEncoder(encoder_dir, tokenizer_name, runtime)
-            self.has_model = True
-            model_length = self._encoder.config.query_max_length
-        self.max_length = max_length or arguments.cli_max_length() or model_length
-        if not self.has_model and not self.has_encoded_query:
-            raise ValueError("AggretrieverQueryEncoder needs a model (encoder_dir) or pre-encoded queries "
-                             "(encoded_query_dir)")
+        precision = precision or ("float16" if fp16 and backend == "torch" else "float32")
+        super().__init__(encoder_dir, tokenizer_name,
+                         EncoderRuntime(backend, device, precision, threads, onnx_dir, position_chunk))
+        self.max_length = max_length or self.config.query_max_length
 
     def encode(self, query: str, max_length: int | None = None, **kwargs) -> np.ndarray:
-        if not self.has_model:
-            if query not in self.embedding:
-                raise KeyError(f"query {query!r} is not among the pre-encoded queries")
-            return np.asarray(self.embedding[query], dtype=np.float32)
-        return self._encoder.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]
+        return self.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]

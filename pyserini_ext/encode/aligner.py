@@ -1,15 +1,12 @@
-"""Pyserini-facing AligneR encoders (registered as `--encoder-class aligner`, and `aligner-onnx` for ONNX Runtime).
+"""AligneR encoders on torch or ONNX Runtime, one per side: `AlignerDocumentEncoder`, `AlignerQueryEncoder`.
 
-AligneR is multi-vector; Pyserini's encode CLI and Faiss searchers handle one vector per text. Under those tools
-the encoders return a *pooled* vector: the salience-weighted mean of the token vectors (u = ReLU(W x + b), no
-pruning), L2-normalised. That makes `python -m pyserini.encode ... --encoder-class aligner` and
-`python -m pyserini.search.faiss --encoder-class aligner` run end to end, but it is a single-vector
-approximation, not AligneR's alignment scoring. For AligneR retrieval build the token index with
-`pyserini-ext aligner index` and search it with `pyserini-ext aligner search` (or `AlignerSearcher`), whose
-hits fuse with BM25 through Pyserini's `HybridSearcher` / `pyserini.fusion`.
-
-`encode_tokens` gives the real multi-vector output (token vectors + salience weights) for our own code. The ONNX
-backend exports one graph per side, (input_ids, attention_mask) -> (token vectors, salience pre-activations).
+`encode_tokens` gives the multi-vector output (token vectors + salience weights) that our index and searcher use;
+`encode` (and `pooled`) the single-vector approximation, the salience-weighted mean of the token vectors
+(u = ReLU(W x + b), no pruning), L2-normalised, which is what Pyserini's one-vector tools get through the adapter
+classes in integration/encoders.py (`--encoder-class aligner`, `aligner-onnx`): it makes `python -m pyserini.encode`
+and `python -m pyserini.search.faiss` run end to end, but it is not AligneR's alignment scoring (for that:
+`pyserini-ext aligner index` / `search`). Nothing here knows Pyserini. The ONNX backend exports one graph per side,
+(input_ids, attention_mask) -> (token vectors, salience pre-activations).
 """
 from __future__ import annotations
 
@@ -18,11 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pyserini.encode import DocumentEncoder, QueryEncoder
 from torch import nn
 
 from pyserini_ext.data.text import document_texts, sanitize_texts
-from pyserini_ext.encode.preflight import check_dimension
 from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
 from pyserini_ext.models.aligner import DOCUMENT, QUERY, AlignerModel, EncodedTokens
 from pyserini_ext.models.alignment import pool_vectors
@@ -47,13 +42,15 @@ class _Side(nn.Module):
         return encoded.vectors, encoded.salience_scores
 
 
-class _AlignerEncoder:
+class AlignerEncoder:
+    """One side (`kind`) of an AligneR model on one runtime."""
     kind: str
 
-    def _load(self, model_name: str | os.PathLike, runtime: EncoderRuntime) -> None:
+    def __init__(self, model_name: str | os.PathLike, runtime: EncoderRuntime | None = None):
+        runtime = runtime or EncoderRuntime()
         self.runtime = runtime
         self.model = AlignerModel.from_pretrained(model_name, device=str(runtime.torch_device))
-        check_dimension(self.model.config.dim, "aligner")
+        self.dim = self.model.config.dim
         self.session = None
         if runtime.backend == "onnx":
             self.session = runtime.session(_graph(self.kind), Path(model_name), lambda: _Side(self.model, self.kind))
@@ -76,40 +73,35 @@ class _AlignerEncoder:
         return [(encoded.vectors[i][kept[i]].float().cpu().numpy(), weights[i][kept[i]].float().cpu().numpy())
                 for i in range(len(texts))]
 
-    def _pooled(self, texts: list[str], max_length: int | None, fp16: bool) -> np.ndarray:
+    def pooled(self, texts: list[str], max_length: int | None = None, fp16: bool = False) -> np.ndarray:
+        """[len(texts), dim]: the salience-weighted mean of each text's token vectors, L2-normalised."""
         encoded = self.encode_batch(texts, max_length, fp16)
         weights, kept = encoded.weights(1.0)
         return pool_vectors(encoded.vectors.float(), weights.float(), kept).cpu().numpy()
 
 
-class AlignerDocumentEncoder(_AlignerEncoder, DocumentEncoder):
+class AlignerDocumentEncoder(AlignerEncoder):
     kind = DOCUMENT
 
     def __init__(self, model_name: str | os.PathLike, device: str = "cpu", backend: str = "torch",
                  precision: str = "float32", threads: int | None = None, onnx_dir: str | None = None, **_ignored):
-        self._load(model_name, EncoderRuntime(backend, device, precision, threads, onnx_dir))
+        super().__init__(model_name, EncoderRuntime(backend, device, precision, threads, onnx_dir))
 
     def encode(self, texts: list[str], titles: list[str] | None = None, max_length: int = 256, fp16: bool = False,
-               add_sep: bool = False, **_ignored) -> np.ndarray:
+               **_ignored) -> np.ndarray:
         """Pooled vectors [len(texts), dim] (see the module docstring); titles are joined as in our index."""
-        return self._pooled(document_texts(texts, titles), max_length, fp16)
+        return self.pooled(document_texts(texts, titles), max_length, fp16)
 
 
-class AlignerQueryEncoder(_AlignerEncoder, QueryEncoder):
+class AlignerQueryEncoder(AlignerEncoder):
     kind = QUERY
 
-    def __init__(self, encoder_dir: str | os.PathLike | None = None, device: str = "cpu", fp16: bool = False,
-                 encoded_query_dir: str | None = None, backend: str = "torch", precision: str = "float32",
-                 threads: int | None = None, onnx_dir: str | None = None, **_ignored):
-        QueryEncoder.__init__(self, encoded_query_dir)
+    def __init__(self, encoder_dir: str | os.PathLike, device: str = "cpu", fp16: bool = False,
+                 backend: str = "torch", precision: str = "float32", threads: int | None = None,
+                 onnx_dir: str | None = None, **_ignored):
+        super().__init__(encoder_dir, EncoderRuntime(backend, device, precision, threads, onnx_dir))
         self.fp16 = fp16
-        if encoder_dir:
-            self._load(encoder_dir, EncoderRuntime(backend, device, precision, threads, onnx_dir))
-            self.has_model = True
-        elif not self.has_encoded_query:
-            raise ValueError("AlignerQueryEncoder needs a model folder (encoder_dir) or encoded queries")
 
     def encode(self, query: str, max_length: int | None = None, **_ignored) -> np.ndarray:
-        if self.has_encoded_query:
-            return super().encode(query)
-        return self._pooled(sanitize_texts([query], "query"), max_length, self.fp16)[0]
+        """The query's pooled vector [dim]."""
+        return self.pooled(sanitize_texts([query], "query"), max_length, self.fp16)[0]

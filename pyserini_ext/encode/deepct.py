@@ -2,15 +2,17 @@
 
 * `DeepCTQueryWeigher(model)(text)` -> {word: weight} (first-piece weight, negative -> 0, repeated word keeps
   its max, same rules as the index), for `ClassicLuceneSearcher.search_weighted` on any Lucene index.
-* `DeepCTQueryEncoder` is the Pyserini query encoder registered as `deepct` (`deepct-onnx`: ONNX Runtime): its
-  `encode(text)` returns {analyzed term: integer weight} as Pyserini's `LuceneImpactSearcher` expects (it casts
-  weights to int, so weights are scaled like the index tf: round(scale * w)). Terms are analyzed with the
-  index's analyzer so they match a DeepCT index (or a plain Lucene index).
+* `DeepCTQueryEncoder(model).encode(text)` returns {analyzed term: integer weight} as Pyserini's
+  `LuceneImpactSearcher` expects (it casts weights to int, so weights are scaled like the index tf:
+  round(scale * w)). Terms are analyzed with the index's analyzer so they match a DeepCT index (or a plain Lucene
+  index).
 * `RuntimeDeepCTModel(model, runtime)`: the model on a runtime (torch or ONNX Runtime, see encode/runtime.py); its
   `word_weights` is the same call either way.
-* `DeepCTDocumentEncoder` is the Pyserini document encoder registered as `deepct`: `python -m pyserini.encode`
-  (no `--to-faiss`) writes each passage as {analyzed term: integer tf}, the terms and tf our DeepCT index
-  holds, i.e. a JsonVectorCollection for `python -m pyserini.index.lucene --impact --pretokenized`.
+* `DeepCTDocumentEncoder(model).encode(texts)` gives each passage as {analyzed term: integer tf}, the terms and tf
+  our DeepCT index holds, i.e. a JsonVectorCollection for `python -m pyserini.index.lucene --impact --pretokenized`.
+
+Nothing here knows Pyserini: the classes its commands build (`--encoder-class deepct`, `deepct-onnx`) are the
+adapters in integration/encoders.py over the two encoders above.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import os
 from pathlib import Path
 
 import torch
-from pyserini.encode import DocumentEncoder, QueryEncoder
 
 from pyserini_ext.data.text import document_texts, sanitize_texts
 from pyserini_ext.encode.runtime import EncoderRuntime, OnnxGraph, as_int64
@@ -86,15 +87,13 @@ class DeepCTQueryWeigher:
         return merge_word_weights(self.model.word_weights(sanitize_texts([text], "query"))[0])
 
 
-class DeepCTQueryEncoder(QueryEncoder):
+class DeepCTQueryEncoder:
     def __init__(self, model_name_or_path: DeepCTModel | str | os.PathLike, scale: float = 100.0,
                  mode: str = "linear", analyzer: AnalyzerSettings = DEFAULT_ANALYZER, device: str = "cpu",
                  backend: str = "torch", precision: str = "float32", threads: int | None = None,
                  onnx_dir: str | None = None, **_pyserini_kwargs):
-        super().__init__()
         self.weigher = DeepCTQueryWeigher(model_name_or_path,
                                           EncoderRuntime(backend, device, precision, threads, onnx_dir))
-        self.has_model = True
         self.scale, self.mode = scale, mode
         self.words = WordAnalyzer(analyzer)
 
@@ -104,7 +103,7 @@ class DeepCTQueryEncoder(QueryEncoder):
         return {t: int(w) for t, w in self.words.term_weights(word_weights).items()}
 
 
-class DeepCTDocumentEncoder(DocumentEncoder):
+class DeepCTDocumentEncoder:
     def __init__(self, model_name: DeepCTModel | str | os.PathLike, scale: float | None = None,
                  mode: str | None = None, merge: str | None = None, analyzer: AnalyzerSettings = DEFAULT_ANALYZER,
                  device: str = "cpu", backend: str = "torch", precision: str = "float32", threads: int | None = None,

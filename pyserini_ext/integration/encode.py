@@ -9,7 +9,10 @@ Pyserini 1.6 keeps encoder classes in two plain dicts (`document_encoder_class_m
     (an AligneR folder named `...-splade-tiny` would load as SPLADE), so `--encoder-class` can be omitted,
   * extends the `--encoder-class` choices of Pyserini's parsers (arguments.py),
   * sizes `FaissRepresentationWriter`'s index at our encoder's width when `--dimension` was not given (Pyserini's
-    default 768 would fail on a 1,024-dim Aggretriever at the first batch; encode/preflight.py).
+    default 768 would fail on a 1,024-dim Aggretriever at the first batch; preflight.py).
+The classes themselves (Pyserini's base classes over our runtime encoders) are in encoders.py; each one Pyserini
+builds is checked against the command's `--dimension` and `--index` (preflight.py) before Pyserini writes or
+searches.
 Which model a name stands for and which family a model is: models/folder.py (`resolve_model`, `model_family`).
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 from pathlib import Path
 
 from pyserini_ext import registry
-from pyserini_ext.integration import arguments, patch
+from pyserini_ext.integration import arguments, patch, preflight
 from pyserini_ext.models.folder import model_family, resolve_model
 
 _MODEL_KEYWORDS = ("model_name", "encoder_dir", "model_name_or_path")
@@ -45,7 +48,8 @@ class LazyEncoderClass:
     """Stands in Pyserini's class maps for one of our classes; imports it only when Pyserini calls it.
 
     Pyserini only ever calls the map's values (`encoder_class(**kwargs)`), so registering costs no import.
-    A bare name is resolved to its default model folder; a model of another family is an error.
+    A bare name is resolved to its default model folder; a model of another family is an error. An encoder with
+    a vector width (`dim`: Aggretriever, AligneR) is checked against the running command (preflight.py).
     """
     _pyserini_ext = True  # patch.MARK: ours
 
@@ -66,6 +70,9 @@ class LazyEncoderClass:
             model = resolve_model(model, registry.family_of(self.name))
             args, kwargs = _with_model(args, kwargs, where, model)
         encoder = registry.load_class(self.path)(*args, **{**self.options, **kwargs})
+        dim = getattr(encoder, "dim", None)
+        if dim is not None:
+            preflight.check_dimension(dim, registry.family_of(self.name) if self.name else type(encoder).__name__)
         if model is not None:
             setattr(encoder, MODEL_ATTRIBUTE, model)
         return encoder

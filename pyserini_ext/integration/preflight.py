@@ -1,6 +1,7 @@
-"""Checks our encoders run when they are built, before Pyserini's writer or searcher starts, for what Pyserini
-would only discover later: `python -m pyserini.encode ... --to-faiss` writes a Faiss index even when encoding
-fails half-way, and a dimension mismatch surfaces as a bare AssertionError deep in Faiss.
+"""Checks run on our encoders when a Pyserini command builds one (`encode.LazyEncoderClass`), before Pyserini's
+writer or searcher starts, for what Pyserini would only discover later: `python -m pyserini.encode ... --to-faiss`
+writes a Faiss index even when encoding fails half-way, and a dimension mismatch surfaces as a bare AssertionError
+deep in Faiss.
 """
 from __future__ import annotations
 
