@@ -25,7 +25,8 @@ STAGES = {
     "pyserini_ext.demo": 7, "pyserini_ext.integration": 0, "pyserini_ext.integration.encode": 2,
     "pyserini_ext.integration.encoders": 3,
     "pyserini_ext.integration.prebuilt": 4, "pyserini_ext.integration.search_lucene": 4,
-    "pyserini_ext.integration.search_faiss": 4,
+    "pyserini_ext.integration.search_faiss": 4, "pyserini_ext.integration.server_models": 4,
+    "pyserini_ext.integration.server_controller": 5, "pyserini_ext.integration.server_routes": 5,
     "pyserini_ext.repro": 6,  # the report's harness: runs commands, imports no cli
 }
 # (importer, imported) pairs still waiting for another change; each entry names it
