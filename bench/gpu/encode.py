@@ -5,8 +5,8 @@ for the three shipped models; parity against CPU fp32 on the first 256 passages,
 
 The corpus defaults to SciFact through the project's loader (5,183 passages: fewer than 10k, so the throughput
 runs cycle through it to reach --passages). The device machine has no Pyserini (its package needs a JVM and is
-over the transfer limit): there, `pyserini.encode`'s two base classes, which our encoders only subclass, are
-stood in for so that our adapters import; everything measured is our code on torch / ONNX Runtime.
+over the transfer limit), and needs none: our encoders (encode/) know nothing of it; everything measured is our code
+on torch / ONNX Runtime.
 """
 from __future__ import annotations
 
@@ -20,22 +20,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def pyserini_stand_ins() -> None:
-    """Where Pyserini is not installed, stand-ins for the two base classes our encoder adapters subclass."""
-    import sys
-    import types
-
-    try:
-        import pyserini.encode  # noqa: F401
-    except ImportError as missing:
-        print(f"note: Pyserini is not importable here ({missing}); standing in for its encoder base classes")
-        stand_in = types.ModuleType("pyserini.encode")
-        stand_in.DocumentEncoder = type("DocumentEncoder", (), {})
-        stand_in.QueryEncoder = type("QueryEncoder", (), {})
-        sys.modules.setdefault("pyserini", types.ModuleType("pyserini"))
-        sys.modules["pyserini.encode"] = stand_in
 
 
 def _texts(corpus: str | None, count: int) -> list[str]:
@@ -97,7 +81,6 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cpu only to dry-run this script")
     args = parser.parse_args()
 
-    pyserini_stand_ins()
     if args.device.startswith("cuda"):
         assert torch.cuda.is_available(), "no CUDA device"
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)

@@ -91,11 +91,10 @@ def _profiled(train, model, data, config, out: Path, rows: int = 12) -> str:
 
 def run(bundle: Path, steps: int, kinds: list[str], backbone: Path, out: Path, device: str,
         profile: bool = False) -> None:
-    from bench.gpu.encode import encoders, pyserini_stand_ins
+    from bench.gpu.encode import encoders
     from pyserini_ext.train.distill import DistillationSet
     from pyserini_ext.train.loop import TrainConfig
 
-    pyserini_stand_ins()
     if device.startswith("cuda"):
         assert torch.cuda.is_available(), "no CUDA device"
         print(f"{torch.cuda.get_device_name()}", flush=True)
