@@ -141,6 +141,28 @@ def test_the_import_graph_has_no_circle():
     assert circles(graph) == []
 
 
+def test_encoders_know_nothing_of_pyserini():
+    """encode/ runs on torch / ONNX Runtime alone: its modules import no Pyserini module, and nothing they or
+    models/ reach, through our other modules, imports Pyserini's encoder classes (`pyserini.encode`: our subclasses
+    of them are integration/encoders.py) or integration/; nor does an index builder. (DeepCT's word analysis in
+    models/ uses Lucene's analyzers through `pyserini.analysis`, as the index does.)"""
+    graph = import_graph()
+    reached = {m for m in graph if m.startswith(("pyserini_ext.encode", "pyserini_ext.models"))}
+    frontier = set(reached)
+    while frontier:
+        frontier = {t for m in frontier for t in graph[m]} - reached
+        reached |= frontier
+    assert "pyserini_ext.data.text" in reached and not any(m.startswith("pyserini_ext.integration") for m in reached)
+    imports = {m: imported_modules(module_path(m)) for m in reached | {m for m in graph if ".index" in m}}
+    assert [(m, n) for m, names in imports.items() for n in names if n.split(".")[0] == "pyserini"
+            and (m.startswith("pyserini_ext.encode") or n.startswith("pyserini.encode"))] == []
+
+
+def module_path(module: str) -> Path:
+    path = ROOT.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def test_the_circle_check_sees_lazy_and_relative_imports(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
