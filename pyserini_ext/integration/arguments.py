@@ -1,13 +1,14 @@
 """Pyserini's command lines (argparse): our encoder names among the `--encoder-class` choices, and what those
-commands parsed that our encoders check before Pyserini starts writing.
+commands parsed, which preflight.py checks our encoders against before Pyserini starts writing.
 
 The `--encoder-class` options of `pyserini.encode`, `pyserini.search.faiss` and `pyserini.search.hybrid` are
 literal argparse `choices`, so argparse itself is patched (when `pyserini.encode` is imported, see encode.py), and
 only parsers built by code in a `pyserini.*` module are changed; any other parser in the process is left alone.
 Remembered: an explicit `--max-length` (Pyserini's faiss/hybrid searchers never pass it to query encoders:
 `cli_max_length`), `--dimension`, `--to-faiss`, `--index` (`cli_option`), and whether `--dimension` was given
-(`dimension_given`): without it `pyserini.encode` sizes its Faiss index at 768, and our encoders of another width
-set the index's width instead (`set_faiss_dimension`, used by encode.py's patch of Pyserini's Faiss writer).
+(`dimension_given`): without it `pyserini.encode` sizes its Faiss index at 768, so for our encoders of another
+width preflight.py sets the index's width instead (`set_faiss_dimension`, used by encode.py's patch of Pyserini's
+Faiss writer).
 """
 from __future__ import annotations
 
