@@ -18,7 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import SIDES, chosen_sides, demo_model, memory_mb, pyserini_encoder, run_side, write_json
+from bench.common import (
+    SIDES,
+    chosen_sides,
+    demo_model,
+    memory_mb,
+    pyserini_encoder,
+    run_side,
+    side_arguments,
+    write_json,
+)
 
 
 def worker(side: str, model_dir: str, passages: int, max_length: int, batch_size: int, threads: int,
@@ -65,14 +74,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="run every side this many times, one round of all sides after another, and report each "
                              "side's median time: on a shared machine the speed of both sides drifts over minutes")
-    parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
-    parser.add_argument("--sides", nargs="+", choices=[side for side in SIDES if side != "pyserini"],
-                        help="only these of ours (default: all); Pyserini's, the baseline, always runs")
     parser.add_argument("--position-chunk", type=int,
                         help="our encoders' positions per MLM-head block (default: the runtime's choice per precision)")
-    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    side_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         import torch

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import SIDES, chosen_sides, demo_model, pyserini_encoder, run_side, write_json
+from bench.common import SIDES, chosen_sides, demo_model, pyserini_encoder, run_side, side_arguments, write_json
 
 
 def worker(side: str, model_dir: str, queries: int, threads: int, out: str) -> None:
@@ -45,12 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
-    parser.add_argument("--sides", nargs="+", choices=[side for side in SIDES if side != "pyserini"],
-                        help="only these of ours (default: all); Pyserini's, the baseline, always runs")
-    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    side_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         import torch

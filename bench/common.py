@@ -11,6 +11,7 @@ token statistics stay those of MS MARCO while no distractor copies a judged pass
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -60,8 +61,8 @@ def python() -> str:
 
 
 def measure(command: list, env: Mapping[str, str] | None = None) -> dict:
-    """Run `command`; its last stdout line is JSON (returned, with seconds and peak_rss_mb of that process alone,
-    from wait4's rusage)."""
+    """Run `command`; its last stdout line is JSON (returned, with seconds, cpu_seconds (user + system: what the step
+    cost whatever else runs on the machine) and peak_rss_mb of that process alone, from wait4's rusage)."""
     started = time.time()
     process = subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, text=True, env=child_env(env))
     output = process.stdout.read()
@@ -72,6 +73,7 @@ def measure(command: list, env: Mapping[str, str] | None = None) -> dict:
     lines = [line for line in output.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {}
     return {**result, "seconds": round(time.time() - started, 2),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}  # ru_maxrss is in KiB on Linux
 
 
@@ -133,6 +135,17 @@ def runnable(sides: dict) -> dict:
     skipped = [name for name, options in sides.items() if (options or {}).get("precision") == "bfloat16"]
     print(f"skipped {', '.join(skipped)}: this CPU has no bfloat16 kernels (see pyserini_ext/hardware.py)")
     return {name: options for name, options in sides.items() if name not in skipped}
+
+
+def side_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of an Aggretriever comparison of sides (bench_aggretriever, bench_query_latency), the worker's
+    own included."""
+    parser.add_argument("--model", help="an Aggretriever folder (default: the lexical-only demo model)")
+    parser.add_argument("--sides", nargs="+", choices=[side for side in SIDES if side != "pyserini"],
+                        help="only these of ours (default: all); Pyserini's, the baseline, always runs")
+    parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
+    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
 
 
 def chosen_sides(names: list[str] | None) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """(label, module, arguments) of every benchmark, in the order they run. `--quick` runs each script at tiny
     sizes with one of our sides beside its baseline (tests/test_bench.py runs it in the default suite)."""
     quick = args.quick
-    docs = "120" if quick else "800"
+    docs = "60" if quick else "800"
     queries = ["--queries", "20"] if quick else []
     ours = ["--sides", "ours torch fp32"] if quick else []
     lengths = ("128",) if quick else ("256", "512")
@@ -74,37 +75,46 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
          ["--steps", "5"]),
         ("ray", "bench_scale_ray", ["--docs", "32" if quick else "600"]),
         ("deepct-index", "bench_deepct_index", ["--docs", docs]),
+        ("server", "bench_server", ["--requests", "20", "--concurrency", "2", "--passages", "50"] if quick else
+         ["--requests", "500", "--concurrency", "8"]),
         ("startup", "bench_startup", ["--runs", "1", "--commands", "pyserini.encode --help"] if quick else
          ["--runs", "5"]),
     ]
     return [step for step in steps if not args.only or step[1] in args.only]
 
 
-def run(label: str, module: str, arguments: list[str], out: Path) -> tuple[str, dict, float]:
-    """One benchmark in a process of its own: what it printed (for the page), its figures, its seconds."""
-    started = time.perf_counter()
+def children_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process's finished children: what a step cost, whatever the load."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(label: str, module: str, arguments: list[str], out: Path) -> tuple[str, dict, dict]:
+    """One benchmark in a process of its own: what it printed (for the page), its figures, its wall and CPU
+    seconds."""
+    started, cpu = time.perf_counter(), children_cpu_seconds()
     done = subprocess.run([*module_command(module), *arguments, "--json", str(out)], capture_output=True, text=True,
                           cwd=ROOT, env=child_env())
-    seconds = time.perf_counter() - started
+    seconds = {"wall": round(time.perf_counter() - started, 1), "cpu": round(children_cpu_seconds() - cpu, 1)}
     if done.returncode:
         sys.stderr.write(done.stderr[-4000:])
         raise SystemExit(f"bench/{module}.py ({label}) failed with exit code {done.returncode} (its error above)")
     shown = [os.path.relpath(a, ROOT) if os.path.isabs(a) else a for a in arguments]  # as typed from the repository
     command = f"$ python -m bench.{module} {shlex.join(shown)}"
-    print(f"{command}   [{seconds:.0f} s]\n{done.stdout}", flush=True)
+    print(f"{command}   [{seconds['wall']:.0f} s, {seconds['cpu']:.0f} CPU s]\n{done.stdout}", flush=True)
     return f"{command}\n{done.stdout}", json.loads(out.read_text()), seconds
 
 
-def scale(args: argparse.Namespace, output_dir: Path) -> float:
+def scale(args: argparse.Namespace, output_dir: Path) -> dict:
     """bench/bench_scale.py: its own page (scale-results.md + .json + scale.png in `output_dir`)."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_seconds()
     if args.quick:  # DeepCT's text build only (its synthetic rows start at 30,000), no Ray
         arguments = ["--sizes", "1000", "--models", "deepct", "--no-ray", "--work", str(output_dir / "scale-work")]
     else:
         arguments = ["--sizes", args.scale_sizes]
     subprocess.run([*module_command("bench_scale"), *arguments, "--output", str(output_dir / "scale-results.md")],
                    check=True, cwd=ROOT, env=child_env())
-    return time.perf_counter() - started
+    return {"wall": round(time.perf_counter() - started, 1), "cpu": round(children_cpu_seconds() - cpu, 1)}
 
 
 def plot(figures: dict[str, dict], path: Path) -> None:
@@ -141,7 +151,7 @@ def main() -> None:
     args = parser.parse_args()
     output_dir = args.output_dir or (ROOT / "runs" / "bench-quick" if args.quick else DOCS)
     output_dir.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), children_cpu_seconds()
     pages, figures, seconds = [], {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, module, arguments in plan(args):
@@ -159,11 +169,13 @@ def main() -> None:
         "them, and the runs on other machines: [bench.md](bench.md). The scaling curves: "
         "[scale-results.md](scale-results.md). The GPU checks (CUDA only) are in [gpu.md](gpu.md).\n\n"
         "![Aggretriever encoding speed-ups](bench.png)\n\n```\n" + repository_relative("\n".join(pages)) + "```\n")
-    seconds["all"] = time.perf_counter() - started
+    seconds["all"] = {"wall": round(time.perf_counter() - started, 1), "cpu": round(children_cpu_seconds() - cpu, 1)}
     if args.json:
         args.json.write_text(json.dumps({"quick": args.quick, "figures": figures, "seconds": seconds}, indent=1))
-    print(f"wrote {output_dir / 'bench-results.md'} in {seconds['all']:.0f} s: "
-          + ", ".join(f"{label} {s:.0f} s" for label, s in seconds.items() if label != "all"))
+    # wall time on a shared machine mostly measures the neighbours; the CPU seconds are this run's own
+    print(f"wrote {output_dir / 'bench-results.md'}: {seconds['all']['wall']:.0f} s, {seconds['all']['cpu']:.0f} CPU s "
+          "(" + ", ".join(f"{label} {s['wall']:.0f} / {s['cpu']:.0f}" for label, s in seconds.items()
+                          if label != "all") + ")")
 
 
 if __name__ == "__main__":

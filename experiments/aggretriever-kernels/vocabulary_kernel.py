@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -22,16 +22,10 @@ import torch
 from pyserini_ext import hardware
 from pyserini_ext.models.aggretriever import block_slice_maxima, position_slice_maxima, slice_max
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder's decoder_product.py
+from decoder_product import milliseconds  # noqa: E402
+
 VOCAB, WIDTH = 30522, 1280  # BERT's vocabulary, agg*'s 2 x 640 slices (with the released rule's padding)
-
-
-def milliseconds(run, repeats: int) -> float:
-    for _ in range(3):
-        run()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    return (time.perf_counter() - start) / repeats * 1e3
 
 
 def baseline(logits: torch.Tensor, weights: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
