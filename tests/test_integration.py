@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_patch_is_recorded_and_installing_again_changes_nothing():
     import pyserini.encode as encode
+    import pyserini.server.rest.app  # noqa: F401  (the servers' modules: every module of PATCHED_MODULES imported)
     import pyserini.setup
     import pyserini.util
     from pyserini.search.faiss import FaissSearcher

@@ -70,7 +70,7 @@ def defer_uniir() -> None:
     module.UniIRCorpusEncoder = _deferred("UniIRCorpusEncoder")
     setattr(module, patch.MARK, True)
     sys.modules[UNIIR_MODULE] = module
-    patch.INSTALLED[f"sys.modules[{UNIIR_MODULE!r}]"] = "deferred"
+    patch.INSTALLED[UNIIR_MODULE] = "deferred"  # the module itself: a stand-in in sys.modules
 
 
 def _controller_initialising() -> bool:
