@@ -1,15 +1,18 @@
-"""AligneR search vs a Faiss flat single-vector search over the same corpus, one thread, one run.
+"""AligneR search: exact (float16 store, flat candidates) vs the default index, and a Faiss flat single-vector search.
 
 Queries of `--dataset` (SciFact by default), split `--split` (test for the figures; train to choose settings), and
 a corpus of every document judged for them plus the first others by docid up to `--docs` (a large number: the
 whole corpus), encoded once with the AligneR model (`--encoded` keeps that encoding, e.g. the one `make report`
-cached, so that a second run only builds and searches). Indexes: exact
-(float16 vectors, flat token candidates) and compressed (residual-PQ codes, PLAID-style centroid candidates: no
-second index), one per `--compressed` setting. The single-vector baseline is Faiss IndexFlatIP over AligneR's
+cached, so that a second run only builds and searches). Indexes: exact (float16 vectors, flat token candidates:
+the option `--codec float16 --candidates flat`), the default (what `pyserini-ext aligner index` builds with no codec
+options for this corpus size: residual-PQ codes + PLAID-style centroid candidates from 2,048 documents up), and one
+compressed index per `--compressed` setting. The single-vector baseline is Faiss IndexFlatIP over AligneR's
 pooled document vectors (what `--encoder-class aligner` gives Pyserini). Latency is per query from encoded query
-vectors to the top 10 (query encoding excluded on both sides).
+vectors to the top 10 (query encoding excluded on both sides), with `--threads` torch/Faiss threads (default 1).
 
     .venv/bin/python bench/bench_aligner_search.py --docs 1000
+    .venv/bin/python bench/bench_aligner_search.py --dataset vaswani --docs 1000000000 --beta-d 1 \
+        --encoded runs/vaswani.encoded.npz            # exact vs default on a whole collection (docs/aligner.md)
     .venv/bin/python bench/bench_aligner_search.py --dataset msmarco-dl19-subset --split dl19 --docs 100000
     .venv/bin/python bench/bench_aligner_search.py --split train --queries 300 \
         --compressed pq16x8,nprobe4 pq32x4,nprobe4 pq32x8,nprobe8    # how the default was chosen
@@ -77,22 +80,23 @@ def main() -> None:
     parser.add_argument("--dataset", default="scifact", help="a dataset name of the project's loader")
     parser.add_argument("--split", default="test", help="split of the queries (SciFact train: to choose settings)")
     parser.add_argument("--queries", type=int, help="the first N queries of the split by id (default: all)")
-    parser.add_argument("--compressed", nargs="+", type=compressed_setting,
-                        default=[compressed_setting(DEFAULT_COMPRESSED)],
-                        help="residual-PQ settings pqMxBITS,nprobeN[,nlistN] (nprobe: centroids probed per query "
-                             f"token; nlist default: the index's); default {DEFAULT_COMPRESSED}")
+    parser.add_argument("--compressed", nargs="*", type=compressed_setting, default=[],
+                        help="more residual-PQ + centroid rows, pqMxBITS,nprobeN[,nlistN] (nprobe: centroids probed "
+                             f"per query token; nlist default: the index's), e.g. {DEFAULT_COMPRESSED}")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch and Faiss threads (default 1; the targets in docs/aligner.md are at 2)")
     parser.add_argument("--neighbours", type=int, help="documents kept by the centroid stage (default: the index's)")
     parser.add_argument("--encoded", help="cache of the corpus encoding (EncodedCorpus .npz), reused if present")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    faiss.omp_set_num_threads(args.threads)
     model_dir = _model("aligner", args.aligner, "aligner_config.json")
     corpus, queries, qrels = subset(load_dataset(args.dataset), args.docs, args.split, args.queries)
     model = AlignerModel.from_pretrained(model_dir)
     if args.encoded and Path(args.encoded).is_file():
         encoded = EncodedCorpus.load(args.encoded)
-        if set(encoded.docids) != set(corpus):
+        if set(encoded.docids) | set(encoded.skipped_empty) != set(corpus):
             raise SystemExit(f"{args.encoded} holds {len(encoded.docids)} documents, not the {len(corpus)} asked "
                              "for (--dataset/--docs); remove it or give another --encoded path")
     else:
@@ -104,7 +108,7 @@ def main() -> None:
                                          torch.relu(torch.from_numpy(encoded.salience_scores[a:b]))[None],
                                          torch.ones(1, b - a, dtype=torch.bool))[0].numpy()
                             for a, b in zip(encoded.offsets[:-1], encoded.offsets[1:])])
-    pooled_queries = AlignerQueryEncoder(model_dir)._pooled(list(queries.values()), None, False)
+    pooled_queries = AlignerQueryEncoder(model_dir).pooled(list(queries.values()), None, False)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         flat = faiss.IndexFlatIP(pooled_docs.shape[1])
@@ -116,7 +120,8 @@ def main() -> None:
 
         run, ms = timed_search(single_vector, zip(queries, pooled_queries))
         rows["Faiss flat, pooled single vector"] = {"run": run, "ms": ms, "bytes_per_token": None}
-        indexes = [("AligneR exact (float16, flat)", {}, {})]
+        indexes = [("AligneR exact (float16, flat)", {"codec": "float16", "candidates": "flat"}, {}),
+                   ("AligneR default", {}, {})]
         for setting in args.compressed:
             build = {"codec": "residual-pq", "candidates": "centroid", "pq_m": setting["pq_m"],
                      "pq_bits": setting["pq_bits"], "nlist": setting.get("nlist")}
@@ -124,7 +129,10 @@ def main() -> None:
         for number, (name, options, open_options) in enumerate(indexes):
             folder = build_index(encoded, Path(tmp) / str(number), beta_d=args.beta_d, progress=False, **options)
             index = AlignerIndex.open(folder, **open_options)
-            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if options else None)
+            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if "codec" not in options else None)
+            if name == "AligneR default":  # name the path the size rule chose
+                name = (f"AligneR default ({index.metadata['codec']}, {index.metadata['candidates']}"
+                        + (f", nlist {index.metadata['nlist']})" if index.metadata["nlist"] else ")"))
 
             def multi_vector(query, searcher=searcher):
                 return {h.docid: h.score for h in searcher.rank(query[0], query[1], 10)}
@@ -135,9 +143,9 @@ def main() -> None:
     exact = ndcg10(qrels, rows["AligneR exact (float16, flat)"]["run"])
     print(f"AligneR {Path(model_dir).name}, {args.dataset} {args.split}: {len(queries)} queries, {len(corpus)} "
           f"documents "
-          f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), one thread; centroid stage: "
+          f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), {args.threads} threads; centroid stage: "
           f"{args.neighbours or 'default'} documents to exact scoring")
-    print(f"{'':38} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10}")
+    print(f"{'':46} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10}")
     report = {}
     for name, r in rows.items():
         score = ndcg10(qrels, r["run"])
@@ -145,7 +153,7 @@ def main() -> None:
                         "p50_ms": float(np.percentile(r["ms"], 50)), "p99_ms": float(np.percentile(r["ms"], 99))}
         report[name]["p50_ratio"] = report[name]["p50_ms"] / base
         bpt = f"{r['bytes_per_token']:.1f}" if r["bytes_per_token"] else "-"
-        print(f"{name:38} {score:8.4f} {100 * (score - exact):+9.2f} {bpt:>12} {report[name]['p50_ms']:7.2f} "
+        print(f"{name:46} {score:8.4f} {100 * (score - exact):+9.2f} {bpt:>12} {report[name]['p50_ms']:7.2f} "
               f"{report[name]['p99_ms']:7.2f} {report[name]['p50_ratio']:9.1f}x")
     if args.json:
         Path(args.json).write_text(json.dumps({"dataset": args.dataset, "split": args.split, "docs": len(corpus),

@@ -55,7 +55,8 @@ def encoded(model, sample):
 
 @pytest.fixture(scope="module")
 def exact_index(encoded, tmp_path_factory):
-    return build_index(encoded, tmp_path_factory.mktemp("idx") / "exact", progress=False)
+    return build_index(encoded, tmp_path_factory.mktemp("idx") / "exact", codec="float16", candidates="flat",
+                       progress=False)
 
 
 @pytest.fixture(scope="module", params=[("ivfpq", 32), ("centroid", 32)], ids=["ivfpq", "centroid"])

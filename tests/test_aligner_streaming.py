@@ -124,10 +124,15 @@ def test_a_resumed_build_with_other_settings_is_refused(encoded, tmp_path):
               chunk_docs=50, progress=False)
 
 
-def test_defaults_follow_the_corpus_size():
-    assert AlignerIndexSettings().resolved(30_000).codec == "float16"
-    large = AlignerIndexSettings().resolved(1_000_000)
-    assert (large.codec, large.candidates, large.pq_bits) == ("residual-pq", "centroid", 6)
+def test_one_default_path_from_a_few_thousand_documents_up():
+    small = AlignerIndexSettings().resolved(2047)
+    assert (small.codec, small.candidates) == ("float16", "flat")  # too small to train on; fast exactly
+    for documents in (2048, 5_000, 30_000, 1_000_000):
+        chosen = AlignerIndexSettings().resolved(documents)
+        assert (chosen.codec, chosen.candidates, chosen.pq_bits) == ("residual-pq", "centroid", 6)
+    exact = AlignerIndexSettings(codec="float16", candidates="flat").resolved(1_000_000)  # the exact path: an option
+    assert (exact.codec, exact.candidates) == ("float16", "flat")
+    assert AlignerIndexSettings(candidates="centroid").resolved(100).codec == "residual-pq"
     assert default_nlist(900_000) == 1024  # the figures' corpora keep their lists
     assert default_nlist(12_000_000) == 32768 and default_nlist(264_000_000) == 131072  # PLAID's rule above 2^20
 

@@ -55,9 +55,13 @@ class AlignerIndexOptions(IndexingOptions):
     duplicate_cosine: float | None = option(None, help="when pruning, tokens this similar (cosine) to a more salient "
                                             "token of their document go last (default: the index's)", min=0.0,
                                             max=1.0)
-    codec: str | None = option(None, choices=("float16", "residual-pq"), help="token store")
-    candidates: str | None = option(None, choices=("flat", "ivfpq", "hnsw", "centroid"), help="candidate generator")
-    nlist: int | None = option(None, help="IVF lists (by default ~4 sqrt(tokens), at most 1024)", min=1)
+    codec: str | None = option(None, choices=("float16", "residual-pq"),
+                               help="token store (default: residual-pq from 2,048 documents up, else float16; "
+                                    "float16 with --candidates flat: the exact path)")
+    candidates: str | None = option(None, choices=("flat", "ivfpq", "hnsw", "centroid"),
+                                    help="candidate generator (default: centroid with residual-pq, else flat)")
+    nlist: int | None = option(None, help="IVF lists (default: from the token count, ~4 sqrt(tokens) up to 2^20 "
+                                          "tokens, at most 1024; PLAID's rule above)", min=1)
     pq_m: int | None = option(None, help="PQ sub-quantizers of the residual code", min=1)
     pq_bits: int | None = option(None, help="bits per PQ code (residual-pq: 6, i.e. 24 bytes; ivfpq: 8)", min=1,
                                  max=16)

@@ -9,7 +9,9 @@ from pyserini_ext.index.aligner.candidates import CANDIDATES, CandidateGenerator
 from pyserini_ext.index.aligner.codecs import CODECS, TokenCodec
 from pyserini_ext.index.aligner.reduction import DEFAULT_REDUCTION, DUPLICATE_COSINE, check_reduction
 
-EXACT_MAX_DOCUMENTS = 1 << 16  # by corpus size: exact float16 + flat candidates up to this many documents
+# From this many documents the default is residual-pq codes + centroid candidates (below: the exact float16 store
+# with flat candidates, which a corpus this small searches in a few milliseconds, and too few tokens to train on)
+COMPRESSED_MIN_DOCUMENTS = 2048
 MAX_TRAIN_TOKENS = 1 << 20  # token vectors the quantizers train on, at most (bounded memory at any corpus size)
 TWO_LEVEL_NLIST = 1 << 13  # from this many lists, Faiss's two-level k-means and an HNSW coarse quantizer
 DEFAULT_NPROBE = 32  # centroids per query token probed at up to 1024 lists (chosen on development queries)
@@ -62,11 +64,12 @@ class AlignerIndexSettings:
             CANDIDATES[self.candidates].check_codec(self.codec)
 
     def resolved(self, documents: int) -> AlignerIndexSettings:
-        """Codec, candidates and PQ bits filled in for a corpus of `documents` documents."""
-        large = documents > EXACT_MAX_DOCUMENTS
+        """Codec, candidates and PQ bits filled in for a corpus of `documents` documents: one default path from
+        `COMPRESSED_MIN_DOCUMENTS` up (residual-pq + centroid, nlist from the token count), exact below."""
+        compressed = documents >= COMPRESSED_MIN_DOCUMENTS
         required = CANDIDATES[self.candidates].requires_codec if self.candidates else None
-        codec = self.codec or required or ("residual-pq" if large else "float16")
-        candidates = self.candidates or ("centroid" if large and codec == "residual-pq" else "flat")
+        codec = self.codec or required or ("residual-pq" if compressed else "float16")
+        candidates = self.candidates or ("centroid" if compressed and codec == "residual-pq" else "flat")
         pq_bits = self.pq_bits or CODECS[codec].default_pq_bits
         return replace(self, codec=codec, candidates=candidates, pq_bits=pq_bits)
 
