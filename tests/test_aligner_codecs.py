@@ -189,3 +189,36 @@ def test_an_unknown_codec_in_the_metadata_is_named(encoded, tmp_path):
     (folder / "metadata.json").write_text(json.dumps({**metadata, "codec": "zstd"}))
     with pytest.raises(AlignerIndexError, match="unknown codec 'zstd'"):
         AlignerIndex.open(folder)
+
+
+def test_the_index_package_has_no_import_circle():
+    """The modules of index/aligner/ import one another (never the package itself), without a circle."""
+    import ast
+    from pathlib import Path
+
+    import pyserini_ext.index.aligner as package
+
+    folder, prefix = Path(package.__file__).parent, "pyserini_ext.index.aligner"
+    graph = {}
+    for path in folder.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            imported.update(n for n in names if n == prefix or n.startswith(prefix + "."))
+        assert prefix not in imported, f"{path.name} imports the package, not a module of it"
+        graph[path.stem] = {n.rsplit(".", 1)[1] for n in imported}
+    assert {"build", "candidates", "codecs", "encoding", "files", "reader", "reduction", "settings"} <= set(graph)
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import circle: {' -> '.join(path + (module,))}"
+        if module not in done:
+            for target in graph[module]:
+                visit(target, path + (module,))
+            done.add(module)
+
+    for module in graph:
+        visit(module, ())
