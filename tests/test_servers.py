@@ -254,6 +254,13 @@ def test_mcp_tools_list_search_and_fuse_ours(served, cli_runs):
         assert_same_hits(mcp_hits(result), cli_runs[name]["q1"])
     for result, detail in zip(errors, ("empty query", "unknown index 'no-such-index'", "not found")):
         assert result.is_error and detail in result.content[0].text
+    # local index folders by path (the controller takes one; MCP passes it through)
+    root = served["root"]
+    by_path = mcp_call(controller, [("search", {"query": {"query_txt": TOPICS["q1"]}, "index_name": str(root / name),
+                                                "k": 10}) for name in ("bm25", "aligner")])
+    for result, name in zip(by_path, ("scifact-mini.bm25", "scifact-mini.aligner")):
+        assert not result.is_error, result.content
+        assert_same_hits(mcp_hits(result), cli_runs[name]["q1"])
     # a hybrid through the agent's own tools: BM25 and AligneR hits fused by fuse_search_results
     bm25, aligner = (dict(mcp_hits(r)) for r in (searches[3], searches[2]))
     fused, = mcp_call(controller, [("fuse_search_results", {

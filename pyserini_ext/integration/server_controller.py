@@ -122,6 +122,10 @@ def _make_add_index(controller_module):
         def _add_index(self, config):
             name = config.name
             with _LOCK:
+                opened = self.indexes.get(name)  # by a request that held the lock first
+                if opened is not None and opened.searcher is not None and config.encoder in (None, "",
+                                                                                             opened.encoder):
+                    return opened
                 try:
                     record = prebuilt.load_catalogue().get(name)
                     if record is not None and record.get("kind") in ("faiss", ALIGNER_TYPE):
