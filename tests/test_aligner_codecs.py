@@ -28,6 +28,8 @@ def test_centroid_ids_are_the_quantizer_assignments(encoded, tmp_path):
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
                                           nlist=16, pq_m=8, train_size=2000, progress=False))
     assert isinstance(index.codec, ResidualPQStore) and isinstance(index.candidates, CentroidCandidates)
+    stored = np.load(index.folder / "centroids.npy")  # float16 beside codec.faiss, exactly the centroids used
+    assert stored.dtype == np.float16 and np.array_equal(index.codec.centroids(), stored.astype(np.float32))
     decoded = index.codec.decode(np.arange(index.tokens))
     _, assigned = faiss.extract_index_ivf(index.codec.ivfpq).quantizer.search(decoded, 1)
     # the decoded vector is centroid + residual code: its nearest centroid is (almost always) its stored one

@@ -162,7 +162,7 @@ def test_text_stream_build_equals_the_encoding_path(scifact, model_folder, tmp_p
 
 def test_large_codecs_store_float16_centroids_and_decode_the_same(encoded, tmp_path, monkeypatch):
     """From TWO_LEVEL_NLIST lists: two-level k-means, an HNSW quantizer while encoding, and centroids stored apart
-    as float16 (rounded before any token is encoded, so decoding loses nothing)."""
+    as float16 (rounded before any token is encoded, so decoding loses nothing), as every residual-pq index does."""
     monkeypatch.setattr(aligner_settings, "TWO_LEVEL_NLIST", 16)
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", progress=False, **COMPRESSED))
     assert (index.folder / "centroids.npy").is_file()
