@@ -12,6 +12,12 @@ pyserini.search.faiss --index` opens it) plus `pyserini_ext_index.json` (model, 
             writes the inverted lists of all parts, list by list, straight into the file (exactly what Faiss's
             IndexIVF.merge_from of the parts writes), holding one part at a time. `nprobe` is stored in the index:
             Pyserini's FaissSearcher sets none.
+    ivfsq   IndexIVFScalarQuantizer (inner product), `sq_bits` per dimension (4, 6, 8, or 16: float16), built
+            part by part as ivfpq, behind a random rotation (`rotate`, an IndexPreTransform: inner products are
+            unchanged, and the rotated coordinates are spread evenly, which uniform per-dimension quantization
+            needs) or an uncentred PCA (`pca` > 0: a LinearTransform without bias; Faiss's PCAMatrix centres, which
+            shifts every document's inner product by <mean, doc> and so reorders them). `nprobe` is stored in the
+            index. The MS MARCO-size choice (docs/scale.md): 6 bits, rotated, sqrt(N) lists, 1/32 of them probed.
     hnsw    IndexHNSWFlat (inner product), parts are vectors; finalise adds them to the graph, which, as HNSW
             does, holds every vector in RAM. `efSearch` is stored in the index (Pyserini's `--ef-search` overrides).
 """
@@ -32,7 +38,9 @@ from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
 from pyserini_ext.errors import IndexFolderError, OptionError
 from pyserini_ext.index.streaming import Document, IndexBuilder, part_docids
 
-INDEX_TYPES = ("flat", "ivfpq", "hnsw")
+INDEX_TYPES = ("flat", "ivfpq", "ivfsq", "hnsw")
+IVF_TYPES = ("ivfpq", "ivfsq")
+SQ_TYPES = {4: "SQ4", 6: "SQ6", 8: "SQ8", 16: "SQfp16"}  # sq_bits -> Faiss factory codec
 METADATA_FILE = "pyserini_ext_index.json"
 INDEX_FILE, DOCID_FILE = "index", "docid"  # Pyserini's names
 VECTORS_FILE, PART_INDEX_FILE = "vectors.npy", "index.faiss"
@@ -53,7 +61,10 @@ class AggretrieverIndexSettings:
     nprobe: int = 0  # ivfpq lists searched per query, stored in the index; 0: default_nprobe(nlist)
     pq_m: int = 192  # ivfpq sub-quantizers: bytes per vector (the dimension must divide by it)
     pq_bits: int = 8  # bits per sub-quantizer code
-    train_docs: int = 65536  # ivfpq: documents of the training sample (the first ones of the stream)
+    sq_bits: int = 6  # ivfsq bits per dimension (16: float16)
+    rotate: bool = True  # ivfsq: a random rotation before the scalar quantizer (stored in the index)
+    pca: int = 0  # ivfpq / ivfsq: dimensions kept by an uncentred PCA in the index (0: all)
+    train_docs: int = 65536  # ivfpq / ivfsq: documents of the training sample (the first ones of the stream)
     hnsw_m: int = 32  # hnsw neighbours per node
     ef_construction: int = 64
     ef_search: int = 128  # stored in the index
@@ -71,20 +82,31 @@ class AggretrieverIndexSettings:
                 raise OptionError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 1 <= self.pq_bits <= 16:
             raise OptionError(f"pq_bits must be in 1..16, got {self.pq_bits}")
+        if self.sq_bits not in SQ_TYPES:
+            raise OptionError(f"sq_bits must be one of {', '.join(map(str, SQ_TYPES))}, got {self.sq_bits}")
+        if self.pca < 0:
+            raise OptionError(f"pca must be >= 0 (0: no PCA), got {self.pca}")
+        if self.pca and self.rotate and self.index_type == "ivfsq":
+            raise OptionError("ivfsq takes a random rotation or a PCA, not both (rotate=False with pca)")
 
 
-def default_nlist(documents: int, train_docs: int) -> int:
-    """The power of two nearest 4 * sqrt(N) (the low end of Faiss's 4-16 sqrt(N) guideline: the cheapest to train
-    and to probe), at most one list per 16 training documents (k-means needs several points per centroid; the
-    sample, not the corpus, bounds it, so that training memory stays flat in N)."""
-    nlist = 2 ** max(0, round(math.log2(4 * math.sqrt(max(documents, 1)))))
+def default_nlist(documents: int, train_docs: int, per_sqrt: float = 4) -> int:
+    """The power of two nearest `per_sqrt` * sqrt(N) (ivfpq: 4, the low end of Faiss's 4-16 sqrt(N) guideline;
+    ivfsq: 1, since training and assigning 1,024-dimensional vectors cost nlist per vector, and 1/32 of sqrt(N)
+    lists kept recall@10 vs flat at 0.97 when measured), at most one list per 16 training documents (k-means needs
+    several points per centroid; the sample, not the corpus, bounds it, so that training memory stays flat in N)."""
+    nlist = 2 ** max(0, round(math.log2(per_sqrt * math.sqrt(max(documents, 1)))))
     cap = 2 ** max(0, int(math.log2(max(min(documents, train_docs) // 16, 1))))
     return max(1, min(nlist, cap))
 
 
-def default_nprobe(nlist: int) -> int:
-    """Lists searched per query: 1/16 of them (at least 8, at most all)."""
-    return min(nlist, max(8, nlist // 16))
+def default_nprobe(nlist: int, fraction: int = 16) -> int:
+    """Lists searched per query: 1/fraction of them (ivfpq 16, ivfsq 32), at least 8, at most all."""
+    return min(nlist, max(8, nlist // fraction))
+
+
+# index type -> (lists per sqrt(N), 1/fraction of the lists probed): see default_nlist
+_IVF_RULES = {"ivfpq": (4, 16), "ivfsq": (1, 32)}
 
 
 class AggretrieverIndexBuilder(IndexBuilder):
@@ -95,7 +117,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
 
     def __init__(self, model: str, settings: AggretrieverIndexSettings | None = None, runtime: dict | None = None):
         super().__init__(model, settings or AggretrieverIndexSettings(), runtime)
-        self.sample_docs = self.settings.train_docs if self.settings.index_type == "ivfpq" else 0
+        self.sample_docs = self.settings.train_docs if self.settings.index_type in IVF_TYPES else 0
         self._encoder = None
         self._trained = None  # (prepared folder, trained empty index)
         self._sample = None  # (prepared folder, {docid: row of the sample's vectors})
@@ -152,35 +174,51 @@ class AggretrieverIndexBuilder(IndexBuilder):
         self.train(vectors, prepared, documents)
 
     def train(self, vectors: np.ndarray, prepared: Path, documents: int) -> None:
-        """The trained empty IndexIVFPQ (nlist and nprobe resolved by `documents`, the corpus size)."""
+        """The trained empty IVF index (nlist and nprobe resolved by `documents`, the corpus size)."""
         import faiss
 
         settings = self.resolved(documents, len(vectors))
-        dimension = vectors.shape[1]
-        if dimension % settings.pq_m:
+        dimension = settings.pca or vectors.shape[1]
+        if settings.pca > vectors.shape[1]:
+            raise OptionError(f"pca {settings.pca} exceeds the dimension {vectors.shape[1]}")
+        if settings.index_type == "ivfpq" and dimension % settings.pq_m:
             raise OptionError(f"pq_m {settings.pq_m} does not divide the dimension {dimension}")
         self._check_sample(len(vectors), settings.nlist)
-        quantizer = faiss.IndexFlatIP(dimension)
-        index = faiss.IndexIVFPQ(quantizer, dimension, settings.nlist, settings.pq_m, settings.pq_bits,
-                                 faiss.METRIC_INNER_PRODUCT)
-        index.train(np.ascontiguousarray(vectors, dtype=np.float32))
-        index.nprobe = settings.nprobe
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if settings.index_type == "ivfpq" and not settings.pca:
+            quantizer = faiss.IndexFlatIP(dimension)
+            index = faiss.IndexIVFPQ(quantizer, dimension, settings.nlist, settings.pq_m, settings.pq_bits,
+                                     faiss.METRIC_INNER_PRODUCT)
+        else:
+            codec = (f"PQ{settings.pq_m}x{settings.pq_bits}" if settings.index_type == "ivfpq"
+                     else SQ_TYPES[settings.sq_bits])
+            index = faiss.index_factory(dimension, f"IVF{settings.nlist},{codec}", faiss.METRIC_INNER_PRODUCT)
+            if settings.pca:
+                index = faiss.IndexPreTransform(uncentred_pca(vectors, settings.pca), index)
+            elif settings.rotate and settings.index_type == "ivfsq":
+                index = faiss.IndexPreTransform(faiss.RandomRotationMatrix(dimension, dimension), index)
+        index.train(vectors)
+        faiss.extract_index_ivf(index).nprobe = settings.nprobe
         faiss.write_index(index, str(prepared / TRAINED_FILE))
         (prepared / "resolved.json").write_text(json.dumps(asdict(settings)))
 
     def _check_sample(self, documents: int, nlist: int | None = None) -> None:
         nlist = nlist or self.settings.nlist
-        needed = max(nlist, 2 ** self.settings.pq_bits)
+        pq = self.settings.index_type == "ivfpq"
+        needed = max(nlist, 2 ** self.settings.pq_bits if pq else 1, self.settings.pca)
         if documents < needed:
-            lists = f"{nlist} lists, " if nlist else ""
-            raise OptionError(f"ivfpq needs at least {needed} training documents ({lists}{2 ** self.settings.pq_bits} "
-                              f"PQ centroids), the corpus gives {documents}; use --index-type flat, or smaller --nlist")
+            why = ", ".join(filter(None, [f"{nlist} lists" if nlist else "",
+                                          f"{2 ** self.settings.pq_bits} PQ centroids" if pq else "",
+                                          f"PCA to {self.settings.pca}" if self.settings.pca else ""]))
+            raise OptionError(f"{self.settings.index_type} needs at least {needed} training documents ({why}), the "
+                              f"corpus gives {documents}; use --index-type flat, or smaller --nlist")
 
     def resolved(self, documents: int, train_docs: int | None = None) -> AggretrieverIndexSettings:
         """The settings with nlist and nprobe chosen for a corpus of `documents` (where they are 0)."""
         settings = self.settings
-        nlist = settings.nlist or default_nlist(documents, train_docs or settings.train_docs)
-        return replace(settings, nlist=nlist, nprobe=min(settings.nprobe or default_nprobe(nlist), nlist))
+        per_sqrt, fraction = _IVF_RULES.get(settings.index_type, _IVF_RULES["ivfpq"])
+        nlist = settings.nlist or default_nlist(documents, train_docs or settings.train_docs, per_sqrt)
+        return replace(settings, nlist=nlist, nprobe=min(settings.nprobe or default_nprobe(nlist, fraction), nlist))
 
     def write_part(self, documents: list[Document], part: Path, prepared: Path) -> dict:
         vectors = self.vectors(documents, prepared)
@@ -188,7 +226,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
 
     def write_vectors(self, vectors: np.ndarray, part: Path, prepared: Path) -> dict:
         """One part from its vectors: float32 .npy (flat, hnsw), or the codes in a copy of the trained index."""
-        if self.settings.index_type != "ivfpq":
+        if self.settings.index_type not in IVF_TYPES:
             np.save(part / VECTORS_FILE, np.ascontiguousarray(vectors, dtype=np.float32))
             return {"dimension": int(vectors.shape[1])}
         import faiss
@@ -218,7 +256,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
                     f.write((part / "docids.txt").read_text(encoding="utf-8"))
             if settings.index_type == "flat":
                 write_flat_index([p / VECTORS_FILE for p in parts], tmp / INDEX_FILE, dimensions.pop())
-            elif settings.index_type == "ivfpq":
+            elif settings.index_type in IVF_TYPES:
                 settings = AggretrieverIndexSettings(**json.loads((prepared / "resolved.json").read_text()))
                 write_ivf_index(self._trained_index(prepared), [p / PART_INDEX_FILE for p in parts], counts,
                                 tmp / INDEX_FILE)
@@ -248,13 +286,30 @@ def _header(index, documents: int, tail: int) -> bytes:
     (the empty data block, which the caller writes)."""
     import faiss
 
-    saved = index.ntotal
-    index.ntotal = documents
+    layers = [index] + ([faiss.downcast_index(index.index)] if isinstance(index, faiss.IndexPreTransform) else [])
+    saved = [layer.ntotal for layer in layers]
+    for layer in layers:  # a PreTransform's count and its inner index's are both written
+        layer.ntotal = documents
     try:
         data = faiss.serialize_index(index).tobytes()
     finally:
-        index.ntotal = saved
+        for layer, count in zip(layers, saved):
+            layer.ntotal = count
     return data[:-tail] if tail else data
+
+
+def uncentred_pca(vectors: np.ndarray, dimensions: int):
+    """A Faiss LinearTransform onto the top `dimensions` eigenvectors of the vectors' second moment matrix (no
+    mean subtracted, no bias: inner products are kept up to what the dropped directions held)."""
+    import faiss
+
+    vectors = np.asarray(vectors, dtype=np.float64)
+    _, eigenvectors = np.linalg.eigh(vectors.T @ vectors)  # ascending eigenvalues
+    matrix = np.ascontiguousarray(eigenvectors[:, ::-1][:, :dimensions].T, dtype=np.float32)
+    transform = faiss.LinearTransform(vectors.shape[1], dimensions, False)
+    faiss.copy_array_to_vector(matrix.ravel(), transform.A)
+    transform.is_trained = True
+    return transform
 
 
 def write_flat_index(vector_files: list[Path], path: Path, dimension: int) -> None:
@@ -287,14 +342,16 @@ def write_ivf_index(trained, part_files: list[Path], counts: list[int], path: Pa
     import faiss
     from faiss.contrib.inspect_tools import get_invlist
 
-    nlist, code_size = trained.nlist, trained.code_size
+    ivf = faiss.extract_index_ivf(trained)  # the IVF inside a PreTransform (PCA), or the index itself
+    nlist, code_size = ivf.nlist, ivf.code_size
     tail = _header(trained, 0, 0)[-_EMPTY_LISTS.size:]
     if tail != _EMPTY_LISTS.pack(b"ilar", nlist, code_size, b"sprs", 0):
         raise RuntimeError("this Faiss version writes inverted lists differently; cannot stream the IVF index")
     sizes = np.zeros(nlist, dtype=np.int64)
     for file in part_files:
         part = faiss.read_index(str(file))  # held: its inverted lists die with it
-        sizes += [part.invlists.list_size(i) for i in range(nlist)]
+        lists = faiss.extract_index_ivf(part).invlists
+        sizes += [lists.list_size(i) for i in range(nlist)]
     nonempty = np.flatnonzero(sizes)
     if len(nonempty) > nlist // 2:  # Faiss's own choice between a full and a sparse size table
         table = b"full" + struct.pack("<Q", nlist) + sizes.astype("<u8").tobytes()
@@ -312,7 +369,7 @@ def write_ivf_index(trained, part_files: list[Path], counts: list[int], path: Pa
         offset = 0
         for file, count in zip(part_files, counts):
             part = faiss.read_index(str(file))
-            lists = part.invlists
+            lists = faiss.extract_index_ivf(part).invlists
             for i in range(nlist):
                 if lists.list_size(i) == 0:
                     continue
