@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"aligner": "bench.scale_aligner", "aggretriever": "bench.scale_aggretriever", "deepct": "bench.scale_deepct"}
 MSMARCO = 8_841_823
 # columns shown when a model's rows have them, in this order
-COLUMNS = ("model", "variant", "N", "source", "codec", "candidates", "nlist", "index_type", "build_s", "build_cpu_s",
-           "build_rss_mb", "ray_build_s", "ray_driver_rss_mb", "ray_same", "index_mb", "bytes_per_token",
-           "search_rss_mb", "p50_ms", "p95_ms", "p50_cpu_ms", "touched_pct", "recall_at_10_vs_exact", "ndcg_at_10")
+COLUMNS = ("model", "variant", "N", "source", "codec", "candidates", "nlist", "nprobe", "index_type", "build_s",
+           "build_cpu_s", "build_rss_mb", "ray_build_s", "ray_driver_rss_mb", "ray_same", "index_mb", "bytes_per_token",
+           "bytes_per_passage", "search_rss_mb", "p50_ms", "p95_ms", "p50_cpu_ms", "p95_cpu_ms", "touched_pct",
+           "recall_at_10_vs_exact", "recall_at_10_vs_exact_dl20", "ndcg_at_10", "ndcg_at_10_exact")
 
 
 def table(rows: list[dict]) -> str:
