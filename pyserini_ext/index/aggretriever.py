@@ -92,9 +92,10 @@ class AggretrieverIndexSettings:
 
 def default_nlist(documents: int, train_docs: int, per_sqrt: float = 4) -> int:
     """The power of two nearest `per_sqrt` * sqrt(N) (ivfpq: 4, the low end of Faiss's 4-16 sqrt(N) guideline;
-    ivfsq: 1, since training and assigning 1,024-dimensional vectors cost nlist per vector, and 1/32 of sqrt(N)
-    lists kept recall@10 vs flat at 0.97 when measured), at most one list per 16 training documents (k-means needs
-    several points per centroid; the sample, not the corpus, bounds it, so that training memory stays flat in N)."""
+    ivfsq: 1, since training and assigning 1,024-dimensional vectors cost nlist inner products per vector; at 100k,
+    8 of 256 lists kept DL19's recall@10 vs flat at 0.965, docs/scale.md), at most one list per 16 training
+    documents (k-means needs several points per centroid; the sample, not the corpus, bounds it, so that training
+    memory stays flat in N)."""
     nlist = 2 ** max(0, round(math.log2(per_sqrt * math.sqrt(max(documents, 1)))))
     cap = 2 ** max(0, int(math.log2(max(min(documents, train_docs) // 16, 1))))
     return max(1, min(nlist, cap))
