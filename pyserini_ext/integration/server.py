@@ -3,7 +3,7 @@
 Pyserini 1.6's `pyserini.server.search_controller` (imported by both the REST and the MCP server) does two things
 at import that stop it from starting here: `from pyserini.encode.optional._uniir import UniIRQueryEncoder`, which
 needs the optional `uniir_for_pyserini` package (and its dependencies), and `initialize_default_index()`, which
-downloads the 2 GB `msmarco-v1-passage` index before the first request. `install` (run when the package
+downloads the 2.2 GB `msmarco-v1-passage` index before the first request. `install` (run when the package
 `pyserini.server` has executed, so before the controller's body) defers both to where they are used:
 
 - a stand-in `pyserini.encode.optional._uniir` whose encoder classes load the real module when constructed, or
