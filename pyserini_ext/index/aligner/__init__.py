@@ -18,8 +18,9 @@ An index folder:
    offsets.npy     int64 [documents + 1]: tokens of document i are rows offsets[i]:offsets[i + 1]
    weights.npy     float16 [tokens]: document salience u = ReLU(W d + b) of every kept (or pooled) token
    vectors.npy     float16 [tokens, dim]                            (codec "float16")
-   codes.npy + codec.faiss   uint8 [tokens, code bytes] + trained IVF-PQ   (codec "residual-pq": centroid id
-                   + PQ code of the residual, ColBERTv2-style; decoded with Faiss `sa_decode`)
+   codes.npy + codec.faiss + centroids.npy   uint8 [tokens, code bytes] + trained IVF-PQ + its coarse centroids
+                   as float16 (codec "residual-pq": centroid id + PQ code of the residual, ColBERTv2-style; decoded
+                   with Faiss `sa_decode`; indexes written before keep their centroids inside codec.faiss)
    candidates.faiss          token-level ANN index (candidates "ivfpq" or "hnsw"); "flat" stores nothing
                    and keeps the stored vectors as float32 in memory for an exact search when the index is opened.
    centroid_docs.npy + centroid_offsets.npy + segments.npy   inverted lists centroid -> documents per segment of
