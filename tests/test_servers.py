@@ -34,6 +34,22 @@ TOPICS = {"q1": "insulin resistance in obese mice", "q2": "stem cell differentia
 OURS = {"scifact-mini.aggretriever": "faiss", "scifact-mini.deepct": "tf", "scifact-mini.aligner": "aligner"}
 
 
+def interface_addresses() -> set[str]:
+    """The IPv4 addresses of this machine's network interfaces (Linux: SIOCGIFADDR on each)."""
+    import fcntl
+    import struct
+
+    found = set()
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+            except OSError:  # an interface without an IPv4 address
+                continue
+            found.add(socket.inet_ntoa(packed[20:24]))
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -289,7 +305,7 @@ def test_rest_server_starts_on_loopback_by_default(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "pyserini.server.rest", "--port", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline, answer = time.time() + 240, None
+        deadline, answer = time.time() + 600, None  # a loaded machine starts Python, torch and the JVM slowly
         while time.time() < deadline and proc.poll() is None:
             try:
                 answer = requests.get(f"http://127.0.0.1:{port}/", timeout=5)
@@ -298,10 +314,13 @@ def test_rest_server_starts_on_loopback_by_default(tmp_path):
                 time.sleep(0.5)
         assert answer is not None and answer.status_code == 200, Path(log).read_text()[-3000:]
         assert answer.json()["name"] == "Pyserini API"
+        unknown = requests.post(f"http://127.0.0.1:{port}/v1/indexes/no-such-index/search", json={"query": "x"},
+                                timeout=120)
+        assert unknown.status_code == 404 and "unknown index" in unknown.json()["detail"]
         assert "Downloading index" not in log.read_text() and not (tmp_path / "cache" / "indexes").exists()
-        addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
-        others = addresses - {"127.0.0.1", "127.0.1.1"}
-        for address in others:  # not reachable on the machine's other addresses
+        for address in interface_addresses() - {"127.0.0.1"}:  # not reachable on the machine's other addresses
+            with socket.create_server(("0.0.0.0", 0)) as control:  # where one bound to 0.0.0.0 is
+                socket.create_connection((address, control.getsockname()[1]), timeout=5).close()
             with pytest.raises(requests.ConnectionError):
                 requests.get(f"http://{address}:{port}/", timeout=5)
     finally:
