@@ -162,7 +162,7 @@ def index(options: AggretrieverIndexOptions) -> None:
 
 main = command_group("pyserini-ext aggretriever", __doc__, {
     "init": Command("new Aggretriever heads on a masked-LM backbone", AggretrieverInitOptions, init),
-    "index": Command("encode a corpus into a Pyserini Faiss index: flat, ivfpq or hnsw (optionally on Ray)",
+    "index": Command("encode a corpus into a Pyserini Faiss index: flat, ivfsq, ivfpq or hnsw (optionally on Ray)",
                      AggretrieverIndexOptions, index),
     "convert": Command("castorini/dhr training-repo checkpoint -> Pyserini format", AggretrieverConvertOptions,
                        convert),
