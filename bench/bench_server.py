@@ -9,7 +9,8 @@ hits with their passages: every answer must be 200. The Python API side runs the
 process: FaissSearcher with our query encoder, then the 10 passages from the Lucene texts index (the server's work
 without HTTP). Both sides get --threads torch / OpenMP threads and the same queries after a warm-up of
 2 x --concurrency queries. The server's RSS is sampled through the run and reported at each quarter of the
-requests answered.
+requests answered, and this process's RSS likewise on the API side (the same searcher, JVM and encoder without
+the server).
 
     python -m bench.bench_server --requests 500 --concurrency 8
 """
@@ -94,7 +95,7 @@ def serve(catalogue: Path, cache: Path, queries: list[str], requests_n: int, con
                 requests.get(f"http://127.0.0.1:{port}/", timeout=5)
                 break
             except requests.ConnectionError:
-                if server.poll() is not None or time.time() - started > 300:
+                if server.poll() is not None or time.time() - started > 900:  # a loaded machine starts slowly
                     tail = (cache.parent / "server.log").read_text()[-2000:]
                     raise RuntimeError(f"the server did not start: {tail}") from None
                 time.sleep(0.5)
@@ -170,15 +171,17 @@ def python_api(catalogue: Path, cache: Path, queries: list[str], requests_n: int
 
     for i in range(warm_up):
         one(queries[i % len(queries)])
-    latencies = []
+    latencies, rss = [], [rss_mb(os.getpid())]
     begin = time.perf_counter()
-    for i in range(warm_up, warm_up + requests_n):
+    for n, i in enumerate(range(warm_up, warm_up + requests_n), 1):
         start = time.perf_counter()
         one(queries[i % len(queries)])
         latencies.append(time.perf_counter() - start)
+        if n in {round(requests_n * q / 4) for q in range(1, 5)}:
+            rss.append(rss_mb(os.getpid()))
     wall = time.perf_counter() - begin
     return {"requests": requests_n, **percentiles(latencies), "throughput_qps": round(requests_n / wall, 2),
-            "wall_s": round(wall, 1)}
+            "wall_s": round(wall, 1), "rss_mb_by_quarter": [round(r, 1) for r in rss]}
 
 
 def main() -> None:
