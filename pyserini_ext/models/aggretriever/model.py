@@ -108,7 +108,7 @@ class Aggretriever(nn.Module):
         rows = mask.nonzero(as_tuple=False)  # [N, 2] (sequence, position), grouped by sequence
         # bfloat16 products on CPU (AMX tiles) run 1.1-1.2x faster on 128 inner rows than on 129, so there the bias
         # is added in the vocabulary kernel; float32 ones run as fast either way, and folded in it costs no pass
-        # (bench/bench_decoder_product.py)
+        # (experiments/aggretriever-kernels/decoder_product.py)
         fold_bias = not (dtype == torch.bfloat16 and device == "cpu") or self.mlm_head.decode.bias is None
         decoder = self.mlm_head.decoder_columns(fold_bias).to(dtype)
         bias = None if fold_bias else self.mlm_head.decode.bias.float()
