@@ -53,6 +53,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     docs = "60" if quick else "800"
     queries = ["--queries", "20"] if quick else []
     ours = ["--sides", "ours torch fp32"] if quick else []
+    small = "resources/models/aggretriever-splade-tiny"  # quick: the smallest shipped Aggretriever (hidden 128)
     lengths = ("128",) if quick else ("256", "512")
     steps = [(f"aggretriever-{length}", "bench_aggretriever",
               ["--passages", "16" if quick else "1000", "--max-length", length, "--rounds", "1" if quick else "3",
@@ -60,7 +61,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     steps += [
         ("query-latency", "bench_query_latency", ["--queries", "20" if quick else "300", *ours]),
         ("precision", "bench_precision_quality", ["--docs", docs, *queries, *(
-            ["--models", "Aggretriever", "--settings", "onnx int8"] if quick else [])]),
+            ["--models", "Aggretriever", "--settings", "onnx int8", "--aggretriever", small] if quick else [])]),
         ("aligner-search", "bench_aligner_search", ["--docs", docs, *queries, "--compressed", "pq16x8,nprobe4",
                                                     *([] if quick else ["pq32x6,nprobe4"])]),
     ]
@@ -71,8 +72,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
                 str(corpus_encoding(args.corpus_encodings.resolve(), folder)), "--compressed", "pq16x8,nprobe4",
                 "pq32x6,nprobe4"]))
     steps += [
-        ("train-step", "bench_aggretriever_train_step", ["--steps", "1", "--precision", "fp32"] if quick else
-         ["--steps", "5"]),
+        ("train-step", "bench_aggretriever_train_step", ["--steps", "1", "--precision", "fp32", "--model", small]
+         if quick else ["--steps", "5"]),
         ("ray", "bench_scale_ray", ["--docs", "32" if quick else "600"]),
         ("deepct-index", "bench_deepct_index", ["--docs", docs]),
         ("server", "bench_server", ["--requests", "20", "--concurrency", "2", "--passages", "50"] if quick else
