@@ -131,3 +131,31 @@ def test_init_and_train_commands_make_the_default_layout(splade_tiny_dir, tmp_pa
     mask = inputs["attention_mask"].unsqueeze(-1).float()
     mean = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
     torch.testing.assert_close(vectors[:, :128], 3.0 * mean, atol=1e-5, rtol=1e-5)
+
+
+def test_long_queries_have_their_lexical_part_scaled_down(full_width, tmp_path):
+    """query_lexical_tokens = n0: a query of n > n0 tokens has its lexical part times n0 / n, its semantic part and
+    every document vector unchanged; queries of n0 tokens or fewer are untouched."""
+    import json
+    import shutil
+
+    gated = tmp_path / "gated"
+    shutil.copytree(full_width, gated)
+    settings = json.loads((gated / "aggretriever_config.json").read_text())
+    (gated / "aggretriever_config.json").write_text(json.dumps({**settings, "query_lexical_tokens": 8}))
+    assert Aggretriever.from_pretrained(gated).config.query_lexical_tokens == 8
+    plain, scaled = AggretrieverQueryEncoder(str(full_width)), AggretrieverQueryEncoder(str(gated))
+    long_query = " ".join(["insulin"] * 32)  # 32 tokens: factor 8 / 32
+    short_query = "insulin resistance"
+    np.testing.assert_array_equal(scaled.encode(short_query), plain.encode(short_query))
+    before, after = plain.encode(long_query), scaled.encode(long_query)
+    np.testing.assert_array_equal(after[:384], before[:384])
+    np.testing.assert_allclose(after[384:], before[384:] * 0.25, rtol=1e-6, atol=0)
+    assert np.abs(before[384:]).max() > 0.01
+    np.testing.assert_array_equal(AggretrieverDocumentEncoder(str(gated)).encode([long_query]),
+                                  AggretrieverDocumentEncoder(str(full_width)).encode([long_query]))
+    np.testing.assert_allclose(AggretrieverConfig(query_lexical_tokens=24).query_lexical_scales([3, 24, 48, 96]),
+                               [1.0, 1.0, 0.5, 0.25])
+    np.testing.assert_array_equal(AggretrieverConfig().query_lexical_scales([1, 500]), [1.0, 1.0])
+    with pytest.raises(ValueError, match="query_lexical_tokens must be >= 1"):
+        AggretrieverConfig(query_lexical_tokens=0)

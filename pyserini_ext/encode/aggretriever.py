@@ -110,16 +110,23 @@ class AggretrieverEncoder:
                                           folder, lambda: _Vocabulary(model, fold_bias, self.pooled))
         self.model = None  # ONNX Runtime holds its own copy of the weights
 
-    def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None) -> np.ndarray:
+    def encode_texts(self, texts: list[str], max_length: int, precision: str | None = None,
+                     queries: bool = False) -> np.ndarray:
+        """queries: the model's query-side rule applies (`query_lexical_tokens`: a long query's lexical part
+        scaled down)."""
         if max_length < 2:
             raise ValueError(f"max_length must be >= 2 ([CLS] plus one token), got {max_length}")
         inputs = self.tokenizer(texts, max_length=max_length, padding="longest", truncation=True, return_tensors="pt")
         if self.model is None:
-            return self._encode_onnx(as_int64(inputs["input_ids"]), as_int64(inputs["attention_mask"]))
-        with torch.inference_mode(), self.runtime.autocast(precision):
-            inputs = inputs.to(self.runtime.torch_device)
-            vectors = self.model(inputs["input_ids"], inputs["attention_mask"])
-        return vectors.float().cpu().numpy()
+            vectors = self._encode_onnx(as_int64(inputs["input_ids"]), as_int64(inputs["attention_mask"]))
+        else:
+            with torch.inference_mode(), self.runtime.autocast(precision):
+                on_device = inputs.to(self.runtime.torch_device)
+                vectors = self.model(on_device["input_ids"], on_device["attention_mask"]).float().cpu().numpy()
+        if queries and self.config.query_lexical_tokens is not None:
+            tokens = inputs["attention_mask"].sum(1).numpy() - 2  # less [CLS] and [SEP]
+            vectors[:, self.config.cls_dim:] *= self.config.query_lexical_scales(tokens)[:, None]
+        return vectors
 
     def _encode_onnx(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         cls, rows, weights = self.body.run(None, {"input_ids": ids, "attention_mask": mask})
@@ -173,4 +180,4 @@ class AggretrieverQueryEncoder(AggretrieverEncoder):
         self.max_length = max_length or self.config.query_max_length
 
     def encode(self, query: str, max_length: int | None = None, **kwargs) -> np.ndarray:
-        return self.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length)[0]
+        return self.encode_texts(sanitize_texts([query], "query"), max_length or self.max_length, queries=True)[0]

@@ -1,7 +1,10 @@
 """The Aggretriever's settings (`aggretriever_config.json`) and the names of its folder's files."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from pyserini_ext.errors import ModelFolderError
 from pyserini_ext.models.folder import AGGRETRIEVER, WEIGHTS_FILE, config_file
@@ -33,6 +36,18 @@ class AggretrieverConfig:
     # the query encoder's token limit when a command gives none: 32 as Pyserini encodes the released checkpoints'
     # queries; our full-width models keep the whole query (the body's limit), chosen on the development sets
     query_max_length: int = 32
+    # A query of n > query_lexical_tokens tokens has its lexical part scaled by query_lexical_tokens / n, on the query
+    # side only (the index is unchanged). Max pooling over a long query's positions fills most of the 640 slices, and
+    # that part then ranks far below BM25 and drags the concatenation below its semantic part alone; short queries,
+    # where it helps, are untouched. None: no scaling (the released checkpoints, as Pyserini encodes them).
+    query_lexical_tokens: int | None = None
+
+    def query_lexical_scales(self, token_counts: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The factor of each query's lexical part, from its token count ([CLS] and [SEP] not counted)."""
+        counts = np.maximum(np.asarray(token_counts, dtype=np.float64), 1.0)
+        if self.query_lexical_tokens is None:
+            return np.ones_like(counts, dtype=np.float32)
+        return np.minimum(1.0, self.query_lexical_tokens / counts).astype(np.float32)
 
     def __post_init__(self):
         if self.pooling not in POOLINGS:
@@ -43,3 +58,5 @@ class AggretrieverConfig:
             raise ValueError(f"agg_dim must be > 0 and cls_dim >= 0, got {self.agg_dim}, {self.cls_dim}")
         if self.query_max_length < 2:
             raise ValueError(f"query_max_length must be >= 2 ([CLS] plus one token), got {self.query_max_length}")
+        if self.query_lexical_tokens is not None and self.query_lexical_tokens < 1:
+            raise ValueError(f"query_lexical_tokens must be >= 1 (or null), got {self.query_lexical_tokens}")
