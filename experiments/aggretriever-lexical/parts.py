@@ -33,6 +33,19 @@ from query_sets import long_sets, short_sets  # noqa: E402
 PASSAGE_LENGTH, QUERY_LENGTH = 256, 512
 
 
+def gate_factors(gate: str, n: np.ndarray) -> tuple[str, np.ndarray]:
+    """"n0:p" -> (label, [queries, 1] factors min(1, (n0 / n) ** p))."""
+    n0, power = map(float, gate.split(":"))
+    return f"gate n0={n0:g} p={power:g}", np.minimum(1.0, (n0 / np.maximum(n, 1)) ** power)[:, None]
+
+
+def top_values(m: np.ndarray, k: int) -> np.ndarray:
+    """A copy of `m` with all but each row's k largest values set to 0."""
+    cut = m.copy()
+    cut[cut < -np.partition(-cut, k - 1, axis=1)[:, k - 1:k]] = 0
+    return cut
+
+
 def token_counts(tokenizer, texts: list[str]) -> np.ndarray:
     return np.array([len(tokenizer(t, add_special_tokens=False, truncation=True, max_length=QUERY_LENGTH - 2)
                           ["input_ids"]) for t in texts])
@@ -151,23 +164,19 @@ def main() -> None:
             for w in args.weights:
                 cand[f"{w:g} x semantic + lexical"] = w * sem + lex
             for gate in args.gates:
-                n0, power = map(float, gate.split(":"))
-                g = np.minimum(1.0, (n0 / np.maximum(n, 1)) ** power)[:, None]
-                cand[f"gate n0={n0:g} p={power:g}"] = sem + g * lex
+                label, g = gate_factors(gate, n)
+                cand[label] = sem + g * lex
             for k in args.query_topk:
-                ql = q[:, cls:].copy()
-                ql[ql < -np.partition(-ql, k - 1, axis=1)[:, k - 1:k]] = 0
+                ql = top_values(q[:, cls:], k)
                 cand[f"query lexical top-{k}"] = ql @ p[:, cls:].T
                 cand[f"semantic + query lexical top-{k}"] = sem + ql @ p[:, cls:].T
             for k in args.doc_topk:
-                pl = p[:, cls:].copy()
-                pl[pl < -np.partition(-pl, k - 1, axis=1)[:, k - 1:k]] = 0
+                pl = top_values(p[:, cls:], k)
                 cand[f"doc lexical top-{k}"] = q[:, cls:] @ pl.T
                 cand[f"semantic + doc lexical top-{k}"] = sem + q[:, cls:] @ pl.T
                 for gate in args.gates:
-                    n0, power = map(float, gate.split(":"))
-                    g = np.minimum(1.0, (n0 / np.maximum(n, 1)) ** power)[:, None]
-                    cand[f"gate n0={n0:g} p={power:g} + doc top-{k}"] = sem + g * (q[:, cls:] @ pl.T)
+                    label, g = gate_factors(gate, n)
+                    cand[f"{label} + doc top-{k}"] = sem + g * (q[:, cls:] @ pl.T)
             if spl:
                 slex = sliced(spl[name][1]) @ sliced(spl[name][0]).T
                 for w in (0.25, 0.5, 1.0):

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "aggretriever-full-width"))
 from dev_parts import encode  # noqa: E402
 from heldout_pseudo import top  # noqa: E402
-from parts import PASSAGE_LENGTH, QUERY_LENGTH, token_counts  # noqa: E402
+from parts import PASSAGE_LENGTH, QUERY_LENGTH, gate_factors, token_counts, top_values  # noqa: E402
 from query_sets import long_sets  # noqa: E402
 
 
@@ -69,12 +69,10 @@ def main() -> None:
     sem, lex = q[:, :cls] @ p[:, :cls].T, q[:, cls:] @ p[:, cls:].T
     rows = {"concat": sem + lex, "semantic": sem, "lexical": lex}
     for gate in args.gates:
-        n0, power = map(float, gate.split(":"))
-        g = np.minimum(1.0, (n0 / np.maximum(n, 1)) ** power)[:, None]
-        rows[f"gate n0={n0:g} p={power:g}"] = sem + g * lex
+        label, g = gate_factors(gate, n)
+        rows[label] = sem + g * lex
     for k in args.doc_topk:
-        pl = p[:, cls:].copy()
-        pl[pl < -np.partition(-pl, k - 1, axis=1)[:, k - 1:k]] = 0
+        pl = top_values(p[:, cls:], k)
         rows[f"doc lexical top-{k}"] = q[:, cls:] @ pl.T
         rows[f"semantic + doc lexical top-{k}"] = sem + q[:, cls:] @ pl.T
     print(f"query tokens: median {np.median(n):.0f}, 90th percentile {np.percentile(n, 90):.0f}")
