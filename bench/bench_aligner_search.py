@@ -10,11 +10,11 @@ compressed index per `--compressed` setting. The single-vector baseline is Faiss
 pooled document vectors (what `--encoder-class aligner` gives Pyserini). Latency is per query from encoded query
 vectors to the top 10 (query encoding excluded on both sides), with `--threads` torch/Faiss threads (default 1).
 
-    .venv/bin/python bench/bench_aligner_search.py --docs 1000
-    .venv/bin/python bench/bench_aligner_search.py --dataset vaswani --docs 1000000000 --beta-d 1 \
+    .venv/bin/python -m bench.bench_aligner_search --docs 1000
+    .venv/bin/python -m bench.bench_aligner_search --dataset vaswani --docs 1000000000 --beta-d 1 \
         --encoded runs/vaswani.encoded.npz            # exact vs default on a whole collection (docs/aligner.md)
-    .venv/bin/python bench/bench_aligner_search.py --dataset msmarco-dl19-subset --split dl19 --docs 100000
-    .venv/bin/python bench/bench_aligner_search.py --split train --queries 300 \
+    .venv/bin/python -m bench.bench_aligner_search --dataset msmarco-dl19-subset --split dl19 --docs 100000
+    .venv/bin/python -m bench.bench_aligner_search --split train --queries 300 \
         --compressed pq16x8,nprobe4 pq32x4,nprobe4 pq32x8,nprobe8    # how the default was chosen
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ with the text build of the test suite). Per N, each step is its own process:
 build (time, peak RSS), search (open + 43 DL19 queries: p50/p95, documents touched, peak RSS) and an exhaustive
 exact scoring of the same index for top-10 recall.
 
-    python bench/scale_aligner.py --sizes 30000,100000 --work runs/scale
+    python -m bench.scale_aligner --sizes 30000,100000 --work runs/scale
 """
 from __future__ import annotations
 
