@@ -31,7 +31,7 @@ def test_bench_holds_only_what_make_bench_runs():
     assert "bench_scale" in run and scale_scripts >= {"scale_aligner", "scale_deepct", "scale_aggretriever"}
     stray = [path.name for path in BENCH.glob("*.py")
              if path.stem not in HELPERS | run | scale_scripts]
-    assert not stray, f"bench/ scripts that `make bench` never runs (move them to experiments/): {stray}"
+    assert not stray, f"bench/ scripts that `make bench` never runs (one-offs go to the experiments folder): {stray}"
 
 
 def test_benchmarks_share_one_helper_module_and_edit_no_sys_path():
