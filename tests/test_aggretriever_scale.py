@@ -220,23 +220,29 @@ def test_interrupted_ivfpq_build_leaves_nothing_that_opens_and_resumes(model, sa
 
 def test_ivfpq_index_opens_in_pyserini_search_faiss_and_finds_flat_hits(model, sample, flat_one_piece,
                                                                          ivfpq_one_piece, tmp_path):
+    queries = sample[0]
+    index = faiss.read_index(str(ivfpq_one_piece / "index"))
+    assert (type(index).__name__, index.nlist, index.nprobe, index.pq.M) == ("IndexIVFPQ", 8, 8, 96)
+    overlap = top10_overlap_in_pyserini(ivfpq_one_piece, flat_one_piece, model, queries, tmp_path)
+    assert np.mean(overlap) >= 0.7, overlap
+
+
+def top10_overlap_in_pyserini(index: Path, flat: Path, model, queries: dict[str, str], tmp_path: Path) -> list[float]:
+    """Each query's top-10 overlap between the unchanged `python -m pyserini.search.faiss` over `index` and exact
+    search over the flat index `flat` (after checking every query got 10 hits)."""
     from pyserini.search.faiss import FaissSearcher
 
     from pyserini_ext.integration.encoders import AggretrieverQueryEncoder
 
-    queries = sample[0]
-    index = faiss.read_index(str(ivfpq_one_piece / "index"))
-    assert (type(index).__name__, index.nlist, index.nprobe, index.pq.M) == ("IndexIVFPQ", 8, 8, 96)
     topics = tmp_path / "topics.tsv"
     topics.write_text("".join(f"{q}\t{text}\n" for q, text in queries.items()))
-    run_module("pyserini.search.faiss", "--index", ivfpq_one_piece, "--topics", topics, "--encoder", model,
+    run_module("pyserini.search.faiss", "--index", index, "--topics", topics, "--encoder", model,
                "--encoder-class", "aggretriever", "--device", "cpu", "--output", tmp_path / "run.txt", "--hits", 10)
     compressed = read_trec_run(tmp_path / "run.txt")
-    exact = FaissSearcher(str(flat_one_piece), AggretrieverQueryEncoder(model))
-    overlap = [len({d for d, _ in compressed[q]} & {h.docid for h in exact.search(text, 10)}) / 10
-               for q, text in queries.items()]
+    exact = FaissSearcher(str(flat), AggretrieverQueryEncoder(model))
     assert set(compressed) == set(queries) and all(len(hits) == 10 for hits in compressed.values())
-    assert np.mean(overlap) >= 0.7, overlap
+    return [len({d for d, _ in compressed[q]} & {h.docid for h in exact.search(text, 10)}) / 10
+            for q, text in queries.items()]
 
 
 @pytest.fixture(scope="module")
@@ -253,10 +259,6 @@ def test_ivfsq_index_carries_its_settings_and_searches_as_flat_in_pyserini(model
     inside (nprobe, the rotation); its top-10 agree with flat search at recall >= 0.8 on 20 SciFact queries (0.84
     measured with this test's lexical-only splade-tiny model: 6-bit codes lose more on its 768 sparse-ish dims than
     on the default model's vectors, 0.96 in docs/scale.md)."""
-    from pyserini.search.faiss import FaissSearcher
-
-    from pyserini_ext.integration.encoders import AggretrieverQueryEncoder
-
     queries = sample[0]
     index = faiss.read_index(str(ivfsq_one_piece / "index"))
     ivf = faiss.extract_index_ivf(index)
@@ -266,15 +268,7 @@ def test_ivfsq_index_carries_its_settings_and_searches_as_flat_in_pyserini(model
         "IndexIVFScalarQuantizer", 16, 8, 768 * 6 // 8, 300)  # sqrt(300) lists, at least 8 probed, 6 bits
     metadata = json.loads((ivfsq_one_piece / METADATA_FILE).read_text())
     assert (metadata["settings"]["nlist"], metadata["settings"]["nprobe"]) == (16, 8)
-    topics = tmp_path / "topics.tsv"
-    topics.write_text("".join(f"{q}\t{text}\n" for q, text in queries.items()))
-    run_module("pyserini.search.faiss", "--index", ivfsq_one_piece, "--topics", topics, "--encoder", model,
-               "--encoder-class", "aggretriever", "--device", "cpu", "--output", tmp_path / "run.txt", "--hits", 10)
-    compressed = read_trec_run(tmp_path / "run.txt")
-    exact = FaissSearcher(str(flat_one_piece), AggretrieverQueryEncoder(model))
-    overlap = [len({d for d, _ in compressed[q]} & {h.docid for h in exact.search(text, 10)}) / 10
-               for q, text in queries.items()]
-    assert set(compressed) == set(queries) and all(len(hits) == 10 for hits in compressed.values())
+    overlap = top10_overlap_in_pyserini(ivfsq_one_piece, flat_one_piece, model, queries, tmp_path)
     assert np.mean(overlap) >= 0.8, overlap
 
 
