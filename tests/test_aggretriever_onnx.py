@@ -26,7 +26,8 @@ TEXTS = ["Microglia are the resident immune cells of the brain.", "", "short tex
                                         ("bert", "agg+", "mean"), ("bert", "agg+", "full-width")],
                 ids=lambda p: "-".join(p))
 def model_dir(request, tmp_path_factory, splade_tiny_dir):
-    """full-width: the normalised mean state through an identity projection (cls_dim = hidden = 32), scaled."""
+    """full-width: the normalised mean state through an identity projection (cls_dim = hidden = 32), scaled; its
+    queries over 8 tokens have their lexical part scaled down (query_lexical_tokens), by both backends alike."""
     kind, pooling, dense_pooling = request.param
     torch.manual_seed(7)
     if kind == "bert":
@@ -38,7 +39,7 @@ def model_dir(request, tmp_path_factory, splade_tiny_dir):
     mlm.save_pretrained(folder / "mlm")
     full = dense_pooling == "full-width"
     config = AggretrieverConfig(pooling=pooling, dense_pooling="mean" if full else dense_pooling,
-                                **({"cls_dim": 32, "dense_normalize": True} if full else {}))
+                                **({"cls_dim": 32, "dense_normalize": True, "query_lexical_tokens": 8} if full else {}))
     model = from_masked_lm(folder / "mlm", config)
     torch.nn.init.normal_(model.tok_proj.weight, std=0.5)
     if full:
