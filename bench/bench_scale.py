@@ -49,7 +49,9 @@ def slope_at(rows: list[dict], key: str, n: int, power: bool = False) -> float |
         # no slower than flat: a timing that fell between two sizes is noise of a shared machine
         exponent = max(0.0, math.log(y2 / y1) / math.log(n2 / n1))
         return y2 * (n / n2) ** exponent
-    return y2 + (y2 - y1) / (n2 - n1) * (n - n2)
+    linear = y2 + (y2 - y1) / (n2 - n1) * (n - n2)
+    # a falling slope (a smaller size measured on a busier machine) says nothing: scale the largest size instead
+    return linear if linear >= y2 else y2 * n / n2
 
 
 def extrapolation(rows: list[dict]) -> str:
