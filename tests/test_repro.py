@@ -103,8 +103,8 @@ def test_the_conditions_give_the_commands_make_report_ran(tmp_path):
         f"python -m pyserini_ext.cli lucene search --index {w}/index.deepct.{deepct} --topics {w}/topics.test.tsv "
         f"--qljm --lambda 0.9 --hits 1000 --threads 2 --output {w}/run.deepct.{deepct}.qljm_0.9.test.txt",
         f"python -m pyserini_ext.cli aligner index --model resources/models/aligner-minilm --dataset scifact "
-        f"--encoded {w}/aligner.{aligner}.encoded.npz --beta-d 0.4 --threads 2 --output "
-        f"{w}/index.aligner.{aligner}.beta0.4.pool",
+        f"--encoded {w}/aligner.{aligner}.encoded.npz --beta-d 0.4 --codec float16 --candidates flat --threads 2 "
+        f"--output {w}/index.aligner.{aligner}.beta0.4.pool",
         f"python -m pyserini_ext.cli fusion normalize --runs {w}/run.deepct-query.{deepct}.bm25.k1_0.9.b_0.4.test.txt "
         f"{w}/run.aligner.{aligner}.beta1.q1.test.txt --weights 0.3 0.7 --output "
         f"{w}/run.minmax-w0.3.deepct-query.{deepct}.bm25.k1_0.9.b_0.4.aligner.{aligner}.beta1.q1.test.txt",

@@ -22,18 +22,22 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def cluster():
-    # The JVM starts before ray.init: a JVM started after it can crash the process at start (seen). ray.init then
-    # puts its SIGSEGV handlers over the JVM's, so no long JVM work (JIT-compiled: it raises SIGSEGV internally)
-    # may run in this process afterwards: the DeepCT builder merges its parts in a process of its own here
+    # The JVM starts before ray.init: a JVM started after it can crash the process at start (seen). ray.init puts
+    # its SIGSEGV handlers over the JVM's and ray.shutdown resets them to the default (the JVM raises SIGSEGV in
+    # normal operation), so both run inside jvm_signal_handlers_kept: later tests in this process use Lucene
     import pyserini.index.lucene  # noqa: F401
     from ray.cluster_utils import Cluster
 
-    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    local.add_node(num_cpus=1)
-    ray.init(address=local.address, log_to_driver=False)
+    from java_bridge.signals import jvm_signal_handlers_kept
+
+    with jvm_signal_handlers_kept():
+        local = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        local.add_node(num_cpus=1)
+        ray.init(address=local.address, log_to_driver=False)
     yield local
-    ray.shutdown()
-    local.shutdown()
+    with jvm_signal_handlers_kept():
+        ray.shutdown()
+        local.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +144,48 @@ def test_index_commands_take_ray_workers(cluster, corpus, models, tmp_path):
     on_ray = postings(tmp_path / "deepct-ray")
     assert on_ray == postings(tmp_path / "deepct-one")
     assert "cells" in on_ray and "cell" in on_ray  # unstemmed, as --stemmer none asks
+
+
+JVM_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+SIGNAL_CHECK = """
+import signal, sys
+import pyserini.index.lucene  # starts the JVM
+import ray
+from java_bridge.signals import handler_library, jvm_signal_handlers_kept
+names = sys.argv[1].split(",")
+def owners():
+    return ",".join(str(handler_library(getattr(signal, n))) for n in names)
+print("jvm", owners())
+if sys.argv[2] == "kept":
+    with jvm_signal_handlers_kept():
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    print("init", owners())
+    with jvm_signal_handlers_kept():
+        ray.shutdown()
+else:
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    print("init", owners())
+    ray.shutdown()
+print("shutdown", owners())
+"""
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_ray_init_and_shutdown_keep_the_jvm_signal_handlers(kept, tmp_path):
+    """Without jvm_signal_handlers_kept, ray.init replaces the JVM's SIGSEGV handler with Ray's and ray.shutdown
+    leaves the default action (the CI crash: Lucene after a Ray build in one process); with it, libjvm's stay."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own, not this module's cluster
+    done = subprocess.run([sys.executable, "-c", SIGNAL_CHECK, ",".join(JVM_SIGNALS), "kept" if kept else "plain"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.split(" ")[0] in
+                 ("jvm", "init", "shutdown"))
+    assert lines["jvm"] == ",".join(["libjvm.so"] * len(JVM_SIGNALS))
+    if kept:
+        assert lines["init"] == lines["shutdown"] == lines["jvm"]
+    else:
+        assert "libjvm.so" not in lines["init"].split(",")[0] and lines["shutdown"].split(",")[0] == "None"

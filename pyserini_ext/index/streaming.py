@@ -247,13 +247,16 @@ def build_on_ray(builder: IndexBuilder, documents: Iterable[Document], output: s
     The driver reads the stream and finalises; it holds no model output. Same index as `build` (tested)."""
     import ray
 
+    from java_bridge.signals import jvm_signal_handlers_kept
+
     if chunk_docs < 1:
         raise ValueError(f"chunk_docs must be >= 1, got {chunk_docs}")
     check_output(output, overwrite, builder.owns)
     state = BuildState(builder, Path(output), chunk_docs, resume)
     if not ray.is_initialized():  # None: a Ray of our own, never a cluster that happens to run on this machine
-        ray.init(address=ray_address or "local", include_dashboard=False, log_to_driver=False,
-                 **({} if ray_address else {"num_cpus": workers}))
+        with jvm_signal_handlers_kept():  # a JVM already running in this process keeps working after Ray's start
+            ray.init(address=ray_address or "local", include_dashboard=False, log_to_driver=False,
+                     **({} if ray_address else {"num_cpus": workers}))
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= workers else 0
     runtime = {**builder.runtime, **({"device": "cuda"} if gpus else {})}
     actor = ray.remote(num_cpus=1, num_gpus=gpus)(_PartWriter)
