@@ -59,6 +59,10 @@ def test_query_length_comes_from_the_model_folder(full_width):
     assert np.abs(default - AggretrieverQueryEncoder(str(full_width), max_length=32).encode(long_query)).max() > 1e-3
     shipped = Aggretriever.from_pretrained(resolve_model("aggretriever")).config
     assert (shipped.dense_pooling, shipped.query_max_length) == ("mean", 512)
+    # the shipped default scales a long query's lexical part (issue 56: n0 = 24, chosen on the development sets)
+    assert shipped.query_lexical_tokens == 24
+    from pyserini_ext.train.recipes import RECIPES
+    assert RECIPES["aggretriever"].model.architecture.query_lexical_tokens == 24
     assert AggretrieverConfig().query_max_length == 32  # Pyserini's layout: as Pyserini encodes queries
     with pytest.raises(ValueError, match="query_max_length must be >= 2"):
         AggretrieverConfig(query_max_length=1)
