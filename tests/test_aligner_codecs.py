@@ -71,12 +71,10 @@ def test_centroid_candidates_find_the_documents_of_query_tokens(encoded, tmp_pat
     assert 7 in everything and len(kept) == 5 and set(kept) <= set(everything)
 
 
-@pytest.mark.parametrize("block", [7, 256])
-def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(encoded, tmp_path, monkeypatch, block):
-    """The kept documents are the best by sum_i w_i max over the document's tokens of q_i . centroid(token),
-    computed here token by token (the generator uses each document's distinct centroids, `block` documents at a
-    time: many blocks and a partial last one, or a single block)."""
-    monkeypatch.setattr(aligner_candidates, "CENTROID_STAGE_DOCS", block)
+def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(encoded, tmp_path):
+    """The kept documents are the best by sum_i w_i max(0, max over the document's tokens under a probed centroid
+    of q_i . centroid(token)), computed here token by token from the codes (the generator reads only the probed
+    lists: PLAID's centroid pruning)."""
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
                                           nlist=64, pq_m=8, progress=False), nprobe=4)
     rng = np.random.default_rng(1)
@@ -87,9 +85,14 @@ def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(e
     everything = generator.candidates(queries, weights, neighbours=10**6)
     kept = generator.candidates(queries, weights, neighbours=20)
     assert 20 < len(everything) < len(index) and len(kept) == 20 and set(kept) <= set(everything)
+    assert generator.touched == len(everything)
     scores, token_centroids = queries @ generator.centroids.T, index.codec.centroid_ids()
+    probed = np.unique(np.argsort(-scores, axis=1)[:, :4])
     token_docs = index.documents_of(np.arange(index.tokens))
-    approx = {d: float(weights @ scores[:, token_centroids[token_docs == d]].max(axis=1)) for d in everything}
+    in_probed = np.isin(token_centroids, probed)
+    assert set(everything) == set(np.unique(token_docs[in_probed]))  # the documents under the probed lists
+    masked = np.where(np.isin(np.arange(scores.shape[1]), probed), np.maximum(scores, 0), 0)
+    approx = {d: float(weights @ masked[:, token_centroids[token_docs == d]].max(axis=1)) for d in everything}
     assert sorted((approx[d] for d in kept), reverse=True) == pytest.approx(sorted(approx.values(), reverse=True)[:20])
 
 

@@ -129,6 +129,20 @@ def test_compressed_index_loses_little_recall(model, sample, exact_index, compre
     assert meta_exact["bytes"]["vectors.npy"] / meta_exact["counts"]["tokens"] >= 256
 
 
+def test_a_search_for_k_hits_scores_at_least_k_documents(model, sample, compressed_index):
+    """Centroid candidates: `neighbours` counts documents, so a search for more hits than that scores k of them
+    (PLAID's ndocs grows with k); token-level candidates keep `neighbours` nearest tokens whatever k is."""
+    aligner, _ = model
+    query = next(iter(sample[0].values()))
+    searcher = AlignerSearcher(compressed_index, aligner, neighbours=3, nprobe=16)
+    vectors, weights = searcher.encode_queries([query])[0]
+    centroid = searcher.index.candidates.neighbours_are_documents
+    assert len(searcher.candidates(vectors, weights)) <= (3 if centroid else len(searcher.index))
+    if centroid:
+        assert len(searcher.candidates(vectors, weights, k=12)) == 12
+        assert len(searcher.search(query, k=12)) == 12
+
+
 def test_pruning_keeps_top_salience_tokens(model, encoded, tmp_path):
     folder = build_index(encoded, tmp_path / "pruned", beta_d=0.4, reduction="prune", duplicate_cosine=None,
                          progress=False)

@@ -63,10 +63,13 @@ class AlignerSearcher:
         return [(encoded.vectors[i][kept[i]].cpu().numpy(), weights[i][kept[i]].cpu().numpy())
                 for i in range(len(queries))]
 
-    def candidates(self, query_vectors: np.ndarray, query_weights: np.ndarray) -> np.ndarray:
+    def candidates(self, query_vectors: np.ndarray, query_weights: np.ndarray, k: int = 0) -> np.ndarray:
         """Indices of the documents to score exactly: those owning any of the `neighbours` nearest tokens of any
-        query token (flat, ivfpq, hnsw), or the best `neighbours` by centroid approximation (centroid)."""
-        return self.index.candidates.candidates(query_vectors, query_weights, self.neighbours)
+        query token (flat, ivfpq, hnsw), or the best max(`neighbours`, k) by centroid approximation (centroid:
+        a search for k hits scores at least k documents, as PLAID's ndocs grows with k)."""
+        generator = self.index.candidates
+        neighbours = max(self.neighbours, k) if generator.neighbours_are_documents else self.neighbours
+        return generator.candidates(query_vectors, query_weights, neighbours)
 
     def score_documents(self, query_vectors: np.ndarray, query_weights: np.ndarray, doc_indices: np.ndarray,
                         alignment: Alignment | None = None) -> np.ndarray:
@@ -86,7 +89,7 @@ class AlignerSearcher:
     def rank(self, query_vectors: np.ndarray, query_weights: np.ndarray, k: int,
              alignment: Alignment | None = None, doc_indices: np.ndarray | None = None) -> list[DenseSearchResult]:
         if doc_indices is None:
-            doc_indices = self.candidates(query_vectors, query_weights)
+            doc_indices = self.candidates(query_vectors, query_weights, k)
         scores = self.score_documents(query_vectors, query_weights, doc_indices, alignment)
         # ties: the smaller docid first, the same order write_trec_run uses
         order = sorted(range(len(doc_indices)), key=lambda i: (-scores[i], self.index.docids[doc_indices[i]]))[:k]
