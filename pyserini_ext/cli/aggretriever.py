@@ -1,5 +1,6 @@
 """`pyserini-ext aggretriever init|convert|train|index`: make Pyserini-format Aggretriever folders, and encode a
-corpus into a Pyserini Faiss index, flat, IVF-PQ or HNSW, streamed in chunks (in this process or on Ray workers:
+corpus into a Pyserini Faiss index, flat, IVF-SQ, IVF-PQ (optionally re-scored from memory-mapped full vectors) or
+HNSW, streamed in chunks (in this process or on Ray workers:
 `--workers N [--ray-address auto]`)."""
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from dataclasses import dataclass
 from pyserini_ext.cli.options import Command, IndexingOptions, TrainingOptions, command_group, option
 from pyserini_ext.data import check_output
 from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
-from pyserini_ext.index.aggretriever import INDEX_TYPES, AggretrieverIndexSettings
+from pyserini_ext.index.aggretriever import (
+    DEFAULT_PQ_M,
+    INDEX_TYPES,
+    REFINE_CODECS,
+    AggretrieverIndexSettings,
+)
 from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, AggretrieverConfig
 from pyserini_ext.models.backbones import BACKBONES
 from pyserini_ext.models.folder import resolve_model
@@ -72,21 +78,32 @@ class AggretrieverIndexOptions(IndexingOptions):
                              help="flat: exact, what `pyserini.encode --to-faiss` writes (4 KB per passage); ivfsq: "
                                   "IVF with --sq-bits per dimension (4: 1/8 of flat), trained on the first "
                                   "--train-docs passages (docs/scale.md: the MS MARCO-size choice); ivfpq: IVF with "
-                                  "product-quantised codes (--pq-m bytes per passage); hnsw: a graph over the exact "
-                                  "vectors (held in RAM to build)")
-    nlist: int = option(0, help="ivfpq/ivfsq inverted lists (0: the power of two nearest 4*sqrt(passages), ivfsq "
-                                   "sqrt(passages))", min=0)
-    nprobe: int = option(0, help="ivfpq/ivfsq lists searched per query, stored in the index (0: nlist/16, ivfsq "
-                                 "nlist/32; at least 8)", min=0)
-    pq_m: int = option(_INDEX_DEFAULTS.pq_m, help="ivfpq bytes per passage (sub-quantizers; divides the dimension)",
-                       min=1)
+                                  "product-quantised codes (--pq-m bytes per passage); ivfpq-refine: IVF-PQ "
+                                  "candidates re-scored from the full vectors, which search memory-maps (RAM: the "
+                                  "PQ codes; disk: + 2 KB per passage); hnsw: a graph over the exact vectors (held "
+                                  "in RAM to build)")
+    nlist: int = option(0, help="IVF inverted lists (0: the power of two nearest 4*sqrt(passages), ivfsq and "
+                                "ivfpq-refine sqrt(passages))", min=0)
+    nprobe: int = option(0, help="IVF lists searched per query, stored in the index (0: nlist/16, ivfsq nlist/32, "
+                                 "ivfpq-refine nlist/8; at least 8)", min=0)
+    pq_m: int = option(_INDEX_DEFAULTS.pq_m, help="ivfpq/ivfpq-refine bytes per passage (sub-quantizers; divides the "
+                                                  "dimension; 0: " + ", ".join(f"{t} {m}" for t, m in
+                                                                               DEFAULT_PQ_M.items()) + ")", min=0)
+    k_factor: float = option(_INDEX_DEFAULTS.k_factor,
+                             help="ivfpq-refine: k * k_factor IVF-PQ candidates re-scored for k hits, stored in the "
+                                  "index (1: Pyserini's 1,000 hits re-score 1,000)", min=1, max=1000)
+    min_candidates: int = option(_INDEX_DEFAULTS.min_candidates,
+                                 help="ivfpq-refine: at least this many re-scored however few hits are asked (in "
+                                      "Pyserini; plain faiss.read_index re-scores k * k_factor)", min=0)
+    refine: str = option(_INDEX_DEFAULTS.refine, choices=REFINE_CODECS,
+                         help="ivfpq-refine: the full vectors' precision on disk (fp16: 2 KB a passage at 1,024 dims)")
     sq_bits: int = option(_INDEX_DEFAULTS.sq_bits, choices=(4, 6, 8, 16),
                           help="ivfsq bits per dimension (16: float16; 6: 776 bytes per passage at 1,024 dims)")
-    no_rotate: bool = option(False, help="ivfsq: no random rotation before the quantizer (measured: it raises "
-                                         "recall@10 vs flat from 0.952 to 0.963 at 6 bits)")
-    pca: int = option(_INDEX_DEFAULTS.pca, help="ivfpq/ivfsq: dimensions kept by an uncentred PCA stored in the "
-                                                "index (0: all)", min=0)
-    train_docs: int = option(_INDEX_DEFAULTS.train_docs, help="ivfpq/ivfsq training sample (the first passages)",
+    no_rotate: bool = option(False, help="ivfsq/ivfpq-refine: no random rotation before the quantizer (measured: "
+                                         "it raises ivfsq's recall@10 vs flat from 0.952 to 0.963 at 6 bits)")
+    pca: int = option(_INDEX_DEFAULTS.pca, help="IVF types: dimensions kept by an uncentred PCA stored in the index "
+                                                "(0: all)", min=0)
+    train_docs: int = option(_INDEX_DEFAULTS.train_docs, help="IVF types: training sample (the first passages)",
                              min=1)
 
     def settings(self) -> AggretrieverIndexSettings:
@@ -94,7 +111,8 @@ class AggretrieverIndexOptions(IndexingOptions):
                                          batch_size=self.batch_size, nlist=self.nlist, nprobe=self.nprobe,
                                          pq_m=self.pq_m, sq_bits=self.sq_bits, pca=self.pca,
                                          rotate=not self.no_rotate and not self.pca,
-                                         train_docs=self.train_docs)
+                                         train_docs=self.train_docs, k_factor=self.k_factor,
+                                         min_candidates=self.min_candidates, refine=self.refine)
 
 
 def init(options: AggretrieverInitOptions) -> None:
@@ -162,7 +180,8 @@ def index(options: AggretrieverIndexOptions) -> None:
 
 main = command_group("pyserini-ext aggretriever", __doc__, {
     "init": Command("new Aggretriever heads on a masked-LM backbone", AggretrieverInitOptions, init),
-    "index": Command("encode a corpus into a Pyserini Faiss index: flat, ivfsq, ivfpq or hnsw (optionally on Ray)",
+    "index": Command("encode a corpus into a Pyserini Faiss index: flat, ivfsq, ivfpq, ivfpq-refine or hnsw "
+                     "(optionally on Ray)",
                      AggretrieverIndexOptions, index),
     "convert": Command("castorini/dhr training-repo checkpoint -> Pyserini format", AggretrieverConvertOptions,
                        convert),

@@ -20,6 +20,18 @@ pyserini.search.faiss --index` opens it) plus `pyserini_ext_index.json` (model, 
             index. The MS MARCO-size choice (docs/scale.md): 6 bits, rotated, sqrt(N) lists, 1/32 of them probed.
     hnsw    IndexHNSWFlat (inner product), parts are vectors; finalise adds them to the graph, which, as HNSW
             does, holds every vector in RAM. `efSearch` is stored in the index (Pyserini's `--ef-search` overrides).
+    ivfpq-refine
+            IndexRefine: IVF candidates re-scored from the full vectors. The base is a random rotation (or the
+            uncentred PCA) + IVF + PQ (`pq_m` bytes a passage), trained and written part by part as ivfpq; the
+            refine index holds every vector (`refine`: fp16, an IndexScalarQuantizer, or float32, an IndexFlat) and
+            is memory-mapped at search time (faiss.IO_FLAG_MMAP_IFC; pyserini_ext/integration/search_faiss.py, which
+            Pyserini's FaissSearcher reads through), so RAM holds the base and the pages of the candidates a query
+            re-scores. Each part is its base codes and its refine codes; finalise writes Faiss's bytes of the
+            IndexRefine (header, the base as ivfpq, the refine codes streamed, `k_factor`), one part at a time.
+            `nprobe` and `k_factor` (k * k_factor candidates re-scored for k hits) are stored in the index,
+            `min_candidates` in the metadata (Pyserini's path re-scores at least that many, for a small k). The
+            choice measured in docs/scale.md: PQ64, sqrt(N) lists, 1/8 of them probed, k_factor 1, at least 1,000
+            candidates, fp16 refine vectors.
 """
 from __future__ import annotations
 
@@ -38,12 +50,15 @@ from pyserini_ext.encode.aggretriever import DOCUMENT_MAX_LENGTH
 from pyserini_ext.errors import IndexFolderError, OptionError
 from pyserini_ext.index.streaming import Document, IndexBuilder, part_docids
 
-INDEX_TYPES = ("flat", "ivfpq", "ivfsq", "hnsw")
-IVF_TYPES = ("ivfpq", "ivfsq")
+INDEX_TYPES = ("flat", "ivfpq", "ivfsq", "hnsw", "ivfpq-refine")
+IVF_TYPES = ("ivfpq", "ivfsq", "ivfpq-refine")  # trained on the sample, parts are IVF codes
+PQ_TYPES = ("ivfpq", "ivfpq-refine")
+REFINE_TYPE = "ivfpq-refine"
+REFINE_CODECS = ("fp16", "float32")  # the refine index's vectors: IndexScalarQuantizer fp16, IndexFlat
 SQ_TYPES = {4: "SQ4", 6: "SQ6", 8: "SQ8", 16: "SQfp16"}  # sq_bits -> Faiss factory codec
 METADATA_FILE = "pyserini_ext_index.json"
 INDEX_FILE, DOCID_FILE = "index", "docid"  # Pyserini's names
-VECTORS_FILE, PART_INDEX_FILE = "vectors.npy", "index.faiss"
+VECTORS_FILE, PART_INDEX_FILE, REFINE_FILE = "vectors.npy", "index.faiss", "refine.npy"
 TRAINED_FILE, SAMPLE_VECTORS, SAMPLE_DOCIDS = "trained.faiss", "sample.npy", "sample_docids.txt"
 ENCODER_RUNTIME = ("device", "backend", "precision", "threads", "onnx_dir", "position_chunk")
 # the inverted lists block Faiss writes for an empty IndexIVF ("ilar", nlist, code size, "sprs", no sizes)
@@ -59,11 +74,14 @@ class AggretrieverIndexSettings:
     batch_size: int = 32  # passages per forward pass
     nlist: int = 0  # ivfpq inverted lists; 0: default_nlist(corpus size)
     nprobe: int = 0  # ivfpq lists searched per query, stored in the index; 0: default_nprobe(nlist)
-    pq_m: int = 192  # ivfpq sub-quantizers: bytes per vector (the dimension must divide by it)
+    pq_m: int = 0  # ivfpq sub-quantizers: bytes per vector (divides the dimension); 0: DEFAULT_PQ_M of the type
     pq_bits: int = 8  # bits per sub-quantizer code
     sq_bits: int = 6  # ivfsq bits per dimension (16: float16)
-    rotate: bool = True  # ivfsq: a random rotation before the scalar quantizer (stored in the index)
-    pca: int = 0  # ivfpq / ivfsq: dimensions kept by an uncentred PCA in the index (0: all)
+    rotate: bool = True  # ivfsq / ivfpq-refine: a random rotation before the quantizer (stored in the index)
+    pca: int = 0  # ivfpq / ivfsq / ivfpq-refine: dimensions kept by an uncentred PCA in the index (0: all)
+    k_factor: float = 1.0  # ivfpq-refine: k * k_factor candidates re-scored for k hits (stored in the index)
+    min_candidates: int = 1000  # ivfpq-refine: at least this many re-scored in Pyserini (search_faiss.py)
+    refine: str = "fp16"  # ivfpq-refine: the full vectors' codec (REFINE_CODECS)
     train_docs: int = 65536  # ivfpq / ivfsq: documents of the training sample (the first ones of the stream)
     hnsw_m: int = 32  # hnsw neighbours per node
     ef_construction: int = 64
@@ -77,17 +95,25 @@ class AggretrieverIndexSettings:
         for name in ("nlist", "nprobe"):
             if getattr(self, name) < 0:
                 raise OptionError(f"{name} must be >= 0 (0: chosen by the corpus size), got {getattr(self, name)}")
-        for name in ("batch_size", "pq_m", "train_docs", "hnsw_m", "ef_construction", "ef_search"):
+        for name in ("batch_size", "train_docs", "hnsw_m", "ef_construction", "ef_search"):
             if getattr(self, name) < 1:
                 raise OptionError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.pq_m < 0:
+            raise OptionError(f"pq_m must be >= 0 (0: the index type's default), got {self.pq_m}")
+        if not 1 <= self.k_factor <= 1000:  # Faiss refuses k_factor < 1 at search time
+            raise OptionError(f"k_factor must be in 1..1000, got {self.k_factor:g}")
+        if self.min_candidates < 0:
+            raise OptionError(f"min_candidates must be >= 0 (0: k * k_factor only), got {self.min_candidates}")
+        if self.refine not in REFINE_CODECS:
+            raise OptionError(f"refine must be one of {', '.join(REFINE_CODECS)}, got {self.refine!r}")
         if not 1 <= self.pq_bits <= 16:
             raise OptionError(f"pq_bits must be in 1..16, got {self.pq_bits}")
         if self.sq_bits not in SQ_TYPES:
             raise OptionError(f"sq_bits must be one of {', '.join(map(str, SQ_TYPES))}, got {self.sq_bits}")
         if self.pca < 0:
             raise OptionError(f"pca must be >= 0 (0: no PCA), got {self.pca}")
-        if self.pca and self.rotate and self.index_type == "ivfsq":
-            raise OptionError("ivfsq takes a random rotation or a PCA, not both (rotate=False with pca)")
+        if self.pca and self.rotate and self.index_type in ("ivfsq", REFINE_TYPE):
+            raise OptionError(f"{self.index_type} takes a random rotation or a PCA, not both (rotate=False with pca)")
 
 
 def default_nlist(documents: int, train_docs: int, per_sqrt: float = 4) -> int:
@@ -102,12 +128,13 @@ def default_nlist(documents: int, train_docs: int, per_sqrt: float = 4) -> int:
 
 
 def default_nprobe(nlist: int, fraction: int = 16) -> int:
-    """Lists searched per query: 1/fraction of them (ivfpq 16, ivfsq 32), at least 8, at most all."""
+    """Lists searched per query: 1/fraction of them (ivfpq 16, ivfsq 32, ivfpq-refine 8), at least 8, at most all."""
     return min(nlist, max(8, nlist // fraction))
 
 
 # index type -> (lists per sqrt(N), 1/fraction of the lists probed): see default_nlist
-_IVF_RULES = {"ivfpq": (4, 16), "ivfsq": (1, 32)}
+_IVF_RULES = {"ivfpq": (4, 16), "ivfsq": (1, 32), REFINE_TYPE: (1, 8)}
+DEFAULT_PQ_M = {"ivfpq": 192, REFINE_TYPE: 64}  # bytes a passage (ivfpq-refine: measured in docs/scale.md)
 
 
 class AggretrieverIndexBuilder(IndexBuilder):
@@ -182,7 +209,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
         dimension = settings.pca or vectors.shape[1]
         if settings.pca > vectors.shape[1]:
             raise OptionError(f"pca {settings.pca} exceeds the dimension {vectors.shape[1]}")
-        if settings.index_type == "ivfpq" and dimension % settings.pq_m:
+        if settings.index_type in PQ_TYPES and dimension % settings.pq_m:
             raise OptionError(f"pq_m {settings.pq_m} does not divide the dimension {dimension}")
         self._check_sample(len(vectors), settings.nlist)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -191,12 +218,12 @@ class AggretrieverIndexBuilder(IndexBuilder):
             index = faiss.IndexIVFPQ(quantizer, dimension, settings.nlist, settings.pq_m, settings.pq_bits,
                                      faiss.METRIC_INNER_PRODUCT)
         else:
-            codec = (f"PQ{settings.pq_m}x{settings.pq_bits}" if settings.index_type == "ivfpq"
+            codec = (f"PQ{settings.pq_m}x{settings.pq_bits}" if settings.index_type in PQ_TYPES
                      else SQ_TYPES[settings.sq_bits])
             index = faiss.index_factory(dimension, f"IVF{settings.nlist},{codec}", faiss.METRIC_INNER_PRODUCT)
             if settings.pca:
                 index = faiss.IndexPreTransform(uncentred_pca(vectors, settings.pca), index)
-            elif settings.rotate and settings.index_type == "ivfsq":
+            elif settings.rotate and settings.index_type in ("ivfsq", REFINE_TYPE):  # PQ: even sub-vectors
                 index = faiss.IndexPreTransform(faiss.RandomRotationMatrix(dimension, dimension), index)
         index.train(vectors)
         faiss.extract_index_ivf(index).nprobe = settings.nprobe
@@ -205,7 +232,7 @@ class AggretrieverIndexBuilder(IndexBuilder):
 
     def _check_sample(self, documents: int, nlist: int | None = None) -> None:
         nlist = nlist or self.settings.nlist
-        pq = self.settings.index_type == "ivfpq"
+        pq = self.settings.index_type in PQ_TYPES
         needed = max(nlist, 2 ** self.settings.pq_bits if pq else 1, self.settings.pca)
         if documents < needed:
             why = ", ".join(filter(None, [f"{nlist} lists" if nlist else "",
@@ -215,11 +242,13 @@ class AggretrieverIndexBuilder(IndexBuilder):
                               f"corpus gives {documents}; use --index-type flat, or smaller --nlist")
 
     def resolved(self, documents: int, train_docs: int | None = None) -> AggretrieverIndexSettings:
-        """The settings with nlist and nprobe chosen for a corpus of `documents` (where they are 0)."""
+        """The settings with nlist and nprobe chosen for a corpus of `documents`, pq_m by the index type (where they
+        are 0)."""
         settings = self.settings
         per_sqrt, fraction = _IVF_RULES.get(settings.index_type, _IVF_RULES["ivfpq"])
         nlist = settings.nlist or default_nlist(documents, train_docs or settings.train_docs, per_sqrt)
-        return replace(settings, nlist=nlist, nprobe=min(settings.nprobe or default_nprobe(nlist, fraction), nlist))
+        return replace(settings, nlist=nlist, nprobe=min(settings.nprobe or default_nprobe(nlist, fraction), nlist),
+                       pq_m=settings.pq_m or DEFAULT_PQ_M.get(settings.index_type, 0))
 
     def write_part(self, documents: list[Document], part: Path, prepared: Path) -> dict:
         vectors = self.vectors(documents, prepared)
@@ -232,9 +261,12 @@ class AggretrieverIndexBuilder(IndexBuilder):
             return {"dimension": int(vectors.shape[1])}
         import faiss
 
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index = faiss.clone_index(self._trained_index(prepared))
-        index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.arange(len(vectors), dtype=np.int64))
+        index.add_with_ids(vectors, np.arange(len(vectors), dtype=np.int64))
         faiss.write_index(index, str(part / PART_INDEX_FILE))
+        if self.settings.index_type == REFINE_TYPE:  # Faiss's own codes (its fp16 rounds unlike numpy's)
+            np.save(part / REFINE_FILE, empty_refine_index(self.settings.refine, index.d).sa_encode(vectors))
         return {"dimension": int(index.d)}
 
     def _trained_index(self, prepared: Path):
@@ -257,6 +289,10 @@ class AggretrieverIndexBuilder(IndexBuilder):
                     f.write((part / "docids.txt").read_text(encoding="utf-8"))
             if settings.index_type == "flat":
                 write_flat_index([p / VECTORS_FILE for p in parts], tmp / INDEX_FILE, dimensions.pop())
+            elif settings.index_type == REFINE_TYPE:
+                settings = AggretrieverIndexSettings(**json.loads((prepared / "resolved.json").read_text()))
+                base_bytes = write_refine_index(self._trained_index(prepared), parts, counts, tmp / INDEX_FILE,
+                                                settings)
             elif settings.index_type in IVF_TYPES:
                 settings = AggretrieverIndexSettings(**json.loads((prepared / "resolved.json").read_text()))
                 write_ivf_index(self._trained_index(prepared), [p / PART_INDEX_FILE for p in parts], counts,
@@ -267,6 +303,8 @@ class AggretrieverIndexBuilder(IndexBuilder):
                         "settings": asdict(settings), "documents": sum(counts), "parts": len(parts),
                         "dimension": int(json.loads((parts[0] / "part.json").read_text())["dimension"]),
                         "index_bytes": (tmp / INDEX_FILE).stat().st_size}
+            if settings.index_type == REFINE_TYPE:  # what search holds in RAM; the rest (refine codes) is mapped
+                metadata["ram_bytes"] = base_bytes
             (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=1))
         return output
 
@@ -340,6 +378,12 @@ def write_ivf_index(trained, part_files: list[Path], counts: list[int], path: Pa
     """The bytes Faiss writes for `trained` after `merge_from` of every part (ids shifted by the documents before
     it): header, then the inverted lists (each list's codes, then its ids), written with pwrite at their offsets
     so that one part is in memory at a time."""
+    with open(path, "wb") as f:
+        _write_ivf(trained, part_files, counts, f)
+
+
+def _write_ivf(trained, part_files: list[Path], counts: list[int], f) -> int:
+    """write_ivf_index's bytes into the open file `f` from its current position; returns the end's offset."""
     import faiss
     from faiss.contrib.inspect_tools import get_invlist
 
@@ -361,25 +405,75 @@ def write_ivf_index(trained, part_files: list[Path], counts: list[int], path: Pa
         table = b"sprs" + struct.pack("<Q", pairs.size) + pairs.tobytes()
     head = _header(trained, int(sizes.sum()), _EMPTY_LISTS.size) + b"ilar" + struct.pack("<QQ", nlist, code_size)
     head += table
+    start = f.tell()
     # list l occupies sizes[l] * (code_size + 8) bytes: codes, then ids; lists in order, empty ones take nothing
-    starts = len(head) + np.concatenate([[0], np.cumsum(sizes * (code_size + 8))[:-1]])
+    starts = start + len(head) + np.concatenate([[0], np.cumsum(sizes * (code_size + 8))[:-1]])
     codes_at, ids_at = starts.copy(), starts + sizes * code_size
+    end = int(starts[-1] + sizes[-1] * (code_size + 8))
+    f.write(head)
+    f.flush()
+    f.truncate(end)
+    offset = 0
+    for file, count in zip(part_files, counts):
+        part = faiss.read_index(str(file))
+        lists = faiss.extract_index_ivf(part).invlists
+        for i in range(nlist):
+            if lists.list_size(i) == 0:
+                continue
+            ids, codes = get_invlist(lists, i)
+            os.pwrite(f.fileno(), codes.tobytes(), int(codes_at[i]))
+            os.pwrite(f.fileno(), (ids.astype(np.int64) + offset).astype("<i8").tobytes(), int(ids_at[i]))
+            codes_at[i] += codes.size
+            ids_at[i] += 8 * len(ids)
+        offset += count
+    f.seek(end)
+    return end
+
+
+def empty_refine_index(codec: str, dimension: int):
+    """The refine index of ivfpq-refine, empty: full vectors as fp16 (IndexScalarQuantizer) or float32."""
+    import faiss
+
+    if codec == "float32":
+        return faiss.IndexFlatIP(dimension)
+    return faiss.IndexScalarQuantizer(dimension, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+
+
+def write_refine_index(trained, parts: list[Path], counts: list[int], path: Path,
+                       settings: AggretrieverIndexSettings) -> int:
+    """The bytes faiss.write_index writes for IndexRefine(base, refine) holding every part: "IxRF" and the index
+    header, the base (as write_ivf_index), the refine index (its header, then the parts' codes streamed: one part
+    mapped at a time), k_factor. Returns the bytes before the refine codes (what search holds in RAM)."""
+    import faiss
+
+    documents = sum(counts)
+    refine = empty_refine_index(settings.refine, trained.d)
+    outer = faiss.IndexRefine(trained, refine)
+    outer.k_factor = settings.k_factor
+    base_bytes, refine_bytes = (faiss.serialize_index(i).tobytes() for i in (trained, refine))
+    whole = _header(outer, documents, 0)
+    prefix = whole[:len(whole) - len(base_bytes) - len(refine_bytes) - 4]
+    if (whole[len(prefix):] != base_bytes + refine_bytes + struct.pack("<f", settings.k_factor)
+            or refine_bytes[-8:] != bytes(8)):
+        raise RuntimeError("this Faiss version writes IndexRefine differently; cannot stream the refine index")
+    code_size = refine.code_size
+    # the codes vector's length: IndexFlat counts floats, IndexScalarQuantizer bytes
+    length = documents * code_size // (4 if settings.refine == "float32" else 1)
     with open(path, "wb") as f:
-        f.write(head)
-        f.truncate(int(starts[-1] + sizes[-1] * (code_size + 8)))
-        offset = 0
-        for file, count in zip(part_files, counts):
-            part = faiss.read_index(str(file))
-            lists = faiss.extract_index_ivf(part).invlists
-            for i in range(nlist):
-                if lists.list_size(i) == 0:
-                    continue
-                ids, codes = get_invlist(lists, i)
-                os.pwrite(f.fileno(), codes.tobytes(), int(codes_at[i]))
-                os.pwrite(f.fileno(), (ids.astype(np.int64) + offset).astype("<i8").tobytes(), int(ids_at[i]))
-                codes_at[i] += codes.size
-                ids_at[i] += 8 * len(ids)
-            offset += count
+        f.write(prefix)
+        _write_ivf(trained, [p / PART_INDEX_FILE for p in parts], counts, f)
+        f.write(_header(refine, documents, 8) + struct.pack("<Q", length))
+        ram = f.tell()
+        for part in parts:  # one part mapped at a time (mapped pages count in the RSS until unmapped)
+            codes = np.load(part / REFINE_FILE, mmap_mode="r")
+            if codes.shape[1:] != (code_size,) or codes.dtype != np.uint8:
+                raise IndexFolderError(f"{part / REFINE_FILE} holds codes of shape {codes.shape}, expected "
+                                       f"[n, {code_size}] bytes; build again")
+            for start in range(0, len(codes), 8192):
+                f.write(np.ascontiguousarray(codes[start:start + 8192]).tobytes())
+            del codes
+        f.write(struct.pack("<f", settings.k_factor))
+    return ram + 4
 
 
 def write_hnsw_index(vector_files: list[Path], path: Path, dimension: int,
