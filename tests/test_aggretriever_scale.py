@@ -2,7 +2,8 @@
 --shard-num` with our encoder and `pyserini.index.merge_faiss_indexes` give the one-shard index; the streaming
 builder (index/aggretriever.py) writes, part by part, the very bytes Faiss writes (flat: Pyserini's writer; IVF-PQ:
 IndexIVF.merge_from of the parts); chunked equals one piece; an interrupted build leaves nothing that opens and
-resumes to the same index; the IVF-PQ index opens in the unchanged `python -m pyserini.search.faiss`."""
+resumes to the same index; the IVF-PQ index opens in the unchanged `python -m pyserini.search.faiss`; ivfpq-refine
+(IVF-PQ candidates re-scored from full vectors) is Faiss's IndexRefine, read memory-mapped through Pyserini."""
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ from pyserini_ext.index.aggretriever import (
     AggretrieverIndexSettings,
     default_nlist,
     default_nprobe,
+    empty_refine_index,
 )
 from pyserini_ext.index.streaming import build, work_folder
+from pyserini_ext.integration.search_faiss import read_faiss_index
 from pyserini_ext.models.aggretriever import from_masked_lm
 
 # one passage per forward pass: a vector then does not depend on which others share its batch (padding changes
@@ -317,3 +320,137 @@ def test_cli_refuses_ivfpq_on_too_small_a_corpus_before_encoding(model, sample, 
     assert error == ("pyserini-ext: error: ivfpq needs at least 256 training documents (256 PQ centroids), the "
                      "corpus gives 20; use --index-type flat, or smaller --nlist")
     assert not (tmp_path / "i").exists()
+
+
+# ---- ivfpq-refine: IVF-PQ candidates re-scored from memory-mapped full vectors ----------------------------------
+def build_refine_from_vectors(vectors: np.ndarray, root: Path, sizes: list[int], **settings) -> Path:
+    """An ivfpq-refine index of `vectors` through the builder's train, parts and finalise (no model)."""
+    builder = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq-refine", **settings))
+    (root / "prepared").mkdir(parents=True)
+    builder.train(vectors[:3000], root / "prepared", len(vectors))
+    parts = write_parts(builder, vectors, sizes, root)
+    return builder.finalise(parts, root / "index", root / "prepared", overwrite=False)
+
+
+@pytest.mark.parametrize("refine, read_as", [("fp16", "IndexRefine"), ("float32", "IndexRefineFlat")])
+def test_streamed_refine_file_is_what_faiss_writes_and_keeps_its_search_settings(tmp_path, one_thread, refine,
+                                                                                  read_as):
+    vectors = np.random.default_rng(2).standard_normal((1000, 48)).astype(np.float32)
+    out = build_refine_from_vectors(vectors, tmp_path, [300, 699, 1], nlist=16, nprobe=5, pq_m=8, k_factor=3.5,
+                                    refine=refine)
+    trained = faiss.read_index(str(tmp_path / "prepared" / "trained.faiss"))
+    expected = faiss.IndexRefine(trained, empty_refine_index(refine, 48))  # what Faiss writes holding them all
+    expected.k_factor = 3.5
+    expected.add(vectors)
+    assert (out / "index").read_bytes() == faiss.serialize_index(expected).tobytes()
+    # k_factor, nprobe and the rotation survive write / read, by plain faiss.read_index and by ours (mapped)
+    for index in (faiss.read_index(str(out / "index")), read_faiss_index(out)):
+        base = faiss.downcast_index(index.base_index)
+        assert (type(index).__name__, index.k_factor, faiss.extract_index_ivf(index).nprobe, index.ntotal) == (
+            read_as, 3.5, 5, 1000)
+        assert type(faiss.downcast_VectorTransform(base.chain.at(0))).__name__ == "RandomRotationMatrix"
+    metadata = json.loads((out / METADATA_FILE).read_text())
+    code_size = {"fp16": 96, "float32": 192}[refine]
+    assert metadata["index_bytes"] - metadata["ram_bytes"] == 1000 * code_size  # RAM: all but the refine codes
+    assert (metadata["settings"]["pq_m"], metadata["settings"]["k_factor"], metadata["settings"]["nprobe"]) == (
+        8, 3.5, 5)
+
+
+def test_refine_top10_is_exact_search_when_every_candidate_is_rescored(tmp_path, one_thread):
+    """k * k_factor re-scored candidates: flat search's top-10 once they cover the neighbours (the IVF-PQ codes
+    alone miss some); min_candidates does it for a small k through read_faiss_index (Pyserini's reader)."""
+    rng = np.random.default_rng(3)
+    centres = rng.standard_normal((40, 64)).astype(np.float32)
+    vectors = centres[rng.integers(0, 40, 4000)] + 0.5 * rng.standard_normal((4000, 64)).astype(np.float32)
+    queries = vectors[rng.integers(0, 4000, 30)] + 0.3 * rng.standard_normal((30, 64)).astype(np.float32)
+    out = build_refine_from_vectors(vectors, tmp_path, [2000, 2000], nlist=16, nprobe=16, pq_m=8, k_factor=1,
+                                    min_candidates=400, refine="float32")
+    flat = faiss.IndexFlatIP(64)
+    flat.add(vectors)
+    _, exact = flat.search(queries, 10)
+
+    def recall(found):
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)])
+
+    plain = faiss.read_index(str(out / "index"))  # k_factor 1: the PQ top-10, re-ordered
+    assert recall(plain.search(queries, 10)[1]) < 0.9
+    plain.k_factor = 40
+    assert recall(plain.search(queries, 10)[1]) >= 0.99
+    ours = read_faiss_index(out)  # k_factor 1, at least 400 candidates
+    distances, found = ours.search(queries, 10)
+    assert found.shape == (30, 10) and recall(found) >= 0.99
+    assert np.allclose(distances, np.take_along_axis(queries @ vectors.T, found, 1), atol=1e-4)  # exact scores
+
+
+def test_refine_index_is_memory_mapped_through_pyserini(tmp_path, one_thread):
+    """FaissSearcher's load_index, patched (pyserini_ext/integration/search_faiss.py), maps the refine vectors:
+    the process's own memory grows by far less than their 61 MB, and the refine codes are a view of the file;
+    plain faiss.read_index (what Pyserini did) reads them into RAM."""
+    vectors = np.random.default_rng(4).standard_normal((20000, 768)).astype(np.float32)
+    out = build_refine_from_vectors(vectors, tmp_path, [10000, 10000], nlist=16, pq_m=8, refine="float32")
+    refine_mb = 20000 * 768 * 4 / 2**20
+    probe = f"""
+import faiss, json, sys
+from pyserini.search.faiss import FaissSearcher
+def anon():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon")) / 1024
+before = anon()
+if sys.argv[1] == "pyserini":
+    index = FaissSearcher({str(out)!r}, object()).index
+else:
+    index = faiss.read_index({str(out / "index")!r})
+hits = index.search(faiss.rand((1, 768)), 10)[1]
+print(json.dumps({{"grown_mb": anon() - before, "owned": faiss.downcast_index(index.refine_index).codes.is_owned,
+                  "hits": int((hits >= 0).sum())}}))
+"""
+    found = {mode: json.loads(subprocess.run([sys.executable, "-c", probe, mode], check=True, capture_output=True,
+                                             text=True).stdout.splitlines()[-1]) for mode in ("pyserini", "plain")}
+    assert (found["pyserini"]["owned"], found["pyserini"]["hits"]) == (False, 10), found
+    assert found["pyserini"]["grown_mb"] < refine_mb / 4, found
+    assert found["plain"]["owned"] and found["plain"]["grown_mb"] > refine_mb * 0.9, found
+
+
+def test_refine_bad_settings_are_one_line_option_errors(tmp_path):
+    cases = [({"k_factor": 0.5}, "k_factor must be in 1..1000, got 0.5"),
+             ({"min_candidates": -1}, "min_candidates must be >= 0 (0: k * k_factor only), got -1"),
+             ({"refine": "bf16"}, "refine must be one of fp16, float32, got 'bf16'"),
+             ({"pca": 64}, "ivfpq-refine takes a random rotation or a PCA, not both (rotate=False with pca)"),
+             ({"pq_m": -8}, "pq_m must be >= 0 (0: the index type's default), got -8")]
+    for settings, message in cases:
+        with pytest.raises(OptionError) as error:
+            AggretrieverIndexSettings(index_type="ivfpq-refine", **settings)
+        assert str(error.value) == message and "\n" not in message
+    builder = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq-refine", pq_m=7))
+    with pytest.raises(OptionError, match="^pq_m 7 does not divide the dimension 48$"):
+        builder.train(np.zeros((300, 48), np.float32), tmp_path, 300)
+    # the defaults by type: PQ64, sqrt(N) lists, 1/8 of them probed, k_factor 1 (docs/scale.md)
+    refine = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq-refine"))
+    assert [(s.nlist, s.nprobe, s.pq_m, s.k_factor) for s in map(refine.resolved, (30000, 1000000))] == [
+        (128, 16, 64, 1.0), (1024, 128, 64, 1.0)]
+
+
+@pytest.fixture(scope="module")
+def refine_by_cli(model, sample, tmp_path_factory) -> Path:
+    """`pyserini-ext aggretriever index --index-type ivfpq-refine` on the 300 passages (3 parts)."""
+    from pyserini_ext.cli.aggretriever import main as aggretriever_cli
+
+    folder = tmp_path_factory.mktemp("refine")
+    path = folder / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"_id": d, **doc}) + "\n" for d, doc in sample[2]))
+    assert aggretriever_cli(["index", "--model", model, "--corpus", str(path), "--output", str(folder / "index"),
+                             "--max-length", "128", "--batch-size", "1", "--chunk-docs", "100",
+                             "--index-type", "ivfpq-refine", "--nlist", "8", "--pq-m", "96", "--k-factor", "2"]) == 0
+    return folder / "index"
+
+
+def test_refine_index_from_the_cli_searches_as_flat_in_pyserini(model, sample, flat_one_piece, refine_by_cli,
+                                                                 tmp_path):
+    """The unchanged `python -m pyserini.search.faiss --hits 10` over the CLI's ivfpq-refine index: its top-10 are
+    flat search's (min_candidates 1,000 re-scores all 300 passages; tolerance 0.02 for float16 rounding at the
+    10th place), with the search settings from the index (PQ96, 8 lists all probed, k_factor 2)."""
+    index = faiss.read_index(str(refine_by_cli / "index"))
+    ivf = faiss.extract_index_ivf(index)
+    assert (type(index).__name__, index.k_factor, ivf.nlist, ivf.nprobe, ivf.code_size, index.ntotal) == (
+        "IndexRefine", 2.0, 8, 8, 96, 300)
+    overlap = top10_overlap_in_pyserini(refine_by_cli, flat_one_piece, model, sample[0], tmp_path)
+    assert np.mean(overlap) >= 0.98, overlap
