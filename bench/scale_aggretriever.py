@@ -10,16 +10,21 @@ are more on-topic than MS MARCO's random passages: nDCG@10 falls with N faster t
 the rows compare is the compressed index against exact (flat) search of the same vectors.
 
 Per N, each step is its own process: build (the real AggretrieverIndexBuilder and streaming build, only `encode`
-replaced: time, peak RSS), search (faiss.read_index of the index file and one query at a time, as Pyserini's
-FaissSearcher does; wall-clock and CPU p50/p95 over DL19's 43 and DL20's 54 queries, peak RSS) and exact (flat
-inner products over every vector, block by block: top-10 recall of the index; DL19 nDCG@10 of both).
+replaced: time, peak RSS), search (the index read as Pyserini's FaissSearcher reads it, read_faiss_index: plain
+faiss.read_index, or memory-mapped for ivfpq-refine; the file's pages evicted from the page cache first, so what
+the build left there counts for nothing; one query at a time, two passes: the first meets the pages a query maps
+on disk (cold), the second in the page cache (warm: p50/p95); wall-clock and CPU p50/p95 over DL19's 43 and DL20's
+54 queries, peak RSS, and its anonymous and file-backed parts) and exact (flat inner products over every vector,
+block by block: top-10 recall of the index; DL19 nDCG@10 of both).
 
-    python -m bench.scale_aggretriever --sizes 30000,100000 --work runs/scale
+    python -m bench.scale_aggretriever --sizes 30000,100000 --work runs/scale                  # ivfsq, the default
+    python -m bench.scale_aggretriever --sizes 100000 --index-type ivfpq-refine --settings '{"pq_m": 128}'
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -175,33 +180,64 @@ def build_step(args) -> None:
     folder = build(builder, documents, args.index, total=args.n, overwrite=True, progress=False)
     meta = json.loads((folder / METADATA_FILE).read_text())
     print(json.dumps({"build_seconds": round(time.time() - started, 1), "rss_mb": memory_mb("VmHWM"),
-                      "index_bytes": meta["index_bytes"], "settings": meta["settings"]}))
+                      "index_bytes": meta["index_bytes"], "ram_bytes": meta.get("ram_bytes", meta["index_bytes"]),
+                      "settings": meta["settings"]}))
 
 
 def search_step(args) -> None:
-    """What FaissSearcher does: faiss.read_index of the file (its stored search settings), then one query at a
-    time (`python -m pyserini.search.faiss --batch-size 1`)."""
-    import faiss
+    """What FaissSearcher does (through our patch: read_faiss_index), then one query at a time (`python -m
+    pyserini.search.faiss --batch-size 1`), twice over the queries: cold, then warm."""
+    from pyserini_ext.integration.search_faiss import read_faiss_index  # no torch: the index's memory alone
 
     queries = load_queries(Path(args.base))
-    index = faiss.read_index(str(Path(args.index) / "index"))
+    evict(Path(args.index) / "index")
+    index = read_faiss_index(args.index)
     docids = (Path(args.index) / "docid").read_text().split()
     loaded = memory_mb("VmRSS")
     for q in list(queries.values())[:3]:  # warm the caches, as a long-running searcher has them
         index.search(q[None], HITS)
-    times, cpu, runs = [], [], {}
-    for qid, q in queries.items():
-        started, started_cpu = time.perf_counter(), time.thread_time()
-        scores, found = index.search(q[None], HITS)  # one query: Faiss's IVF search runs it on this thread
-        times.append(time.perf_counter() - started)
-        cpu.append(time.thread_time() - started_cpu)
-        runs[qid] = [(docids[i], float(s)) for s, i in zip(scores[0][:10], found[0][:10]) if i >= 0]
+    passes, anonymous = [], 0.0
+    for _ in range(2):
+        times, cpu, runs = [], [], {}
+        for qid, q in queries.items():
+            started, started_cpu = time.perf_counter(), time.thread_time()
+            scores, found = index.search(q[None], HITS)  # one query: Faiss's IVF search runs it on this thread
+            times.append(time.perf_counter() - started)
+            cpu.append(time.thread_time() - started_cpu)
+            runs[qid] = [(docids[i], float(s)) for s, i in zip(scores[0][:10], found[0][:10]) if i >= 0]
+            anonymous = max(anonymous, memory_mb("RssAnon"))  # no peak of it in /proc: the largest seen
+        passes.append((times, cpu))
     Path(args.run).write_text(json.dumps(runs))
+    (cold, _), (times, cpu) = passes
     print(json.dumps({"p50_ms": round(1000 * float(np.median(times)), 1),
                       "p95_ms": round(1000 * float(np.percentile(times, 95)), 1),
                       "p50_cpu_ms": round(1000 * float(np.median(cpu)), 1),
-                      "p95_cpu_ms": round(1000 * float(np.percentile(cpu, 95)), 1), "rss_mb": memory_mb("VmHWM"),
-                      "loaded_rss_mb": loaded}))
+                      "p95_cpu_ms": round(1000 * float(np.percentile(cpu, 95)), 1),
+                      "p50_cold_ms": round(1000 * float(np.median(cold)), 1),
+                      "p95_cold_ms": round(1000 * float(np.percentile(cold, 95)), 1), "rss_mb": memory_mb("VmHWM"),
+                      "rss_anon_mb": anonymous, "rss_file_mb": memory_mb("RssFile"), "loaded_rss_mb": loaded,
+                      "index_mapped_mb": mapped_mb(Path(args.index) / "index")}))
+
+
+def mapped_mb(path: Path) -> float:
+    """The resident pages of `path`'s memory mappings in this process (/proc/self/smaps), in MB."""
+    real, kib, inside = str(path.resolve()), 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+                inside = len(fields) >= 6 and fields[5] == real
+            elif inside and fields[0] == "Rss:":
+                kib += int(fields[1])
+    return round(kib / 1024, 1)
+
+
+def evict(path: Path) -> None:
+    """Drop this file's pages from the page cache (written back first): a freshly built index is in the page cache
+    in the large folios its writes made, which a memory-mapped read maps whole (MBs of RSS for one vector)."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def exact_top10(base: Base, queries: dict[str, np.ndarray], n: int) -> dict[str, list[tuple[str, float]]]:
@@ -233,6 +269,9 @@ def recall_at_10(run: dict, reference: dict, queries) -> float:
 
 
 def variant(settings: dict) -> str:
+    if settings["index_type"] == "ivfpq-refine":
+        return (f"ivfpq-refine PQ{settings['pq_m']} k_factor {settings['k_factor']:g} "
+                f">={settings['min_candidates']} {settings['refine']}")
     if settings["index_type"] == "ivfsq":
         transform = f"PCA{settings['pca']}" if settings["pca"] else "rotated" if settings["rotate"] else ""
         return " ".join(filter(None, ["ivfsq", f"{settings['sq_bits']}-bit", transform]))
@@ -276,8 +315,15 @@ def rows(sizes: list[int], work: Path, ray: bool = True, settings: dict | None =
             "build_s": built["build_seconds"], "build_rss_mb": built["rss_mb"],
             "index_mb": round(built["index_bytes"] / 2**20, 1),
             "bytes_per_passage": round(built["index_bytes"] / n, 1),
+            # the part search holds in RAM (ivfpq-refine: all but the memory-mapped refine codes)
+            "ram_mb": round(built.get("ram_bytes", built["index_bytes"]) / 2**20, 1),
+            "ram_bytes_per_passage": round(built.get("ram_bytes", built["index_bytes"]) / n, 1),
             "search_rss_mb": searched["rss_mb"], "p50_ms": searched["p50_ms"], "p95_ms": searched["p95_ms"],
             "p50_cpu_ms": searched["p50_cpu_ms"], "p95_cpu_ms": searched["p95_cpu_ms"],
+            "p50_cold_ms": searched.get("p50_cold_ms"), "p95_cold_ms": searched.get("p95_cold_ms"),
+            "search_rss_anon_mb": searched.get("rss_anon_mb"), "search_rss_file_mb": searched.get("rss_file_mb"),
+            "search_index_mapped_mb": searched.get("index_mapped_mb"),
+            "load": round(os.getloadavg()[0], 1),  # another job on the 2 cores shows here (timings are shared)
             "recall_at_10_vs_exact": round(recall_at_10(shipped, reference, dl19), 4),
             "recall_at_10_vs_exact_dl20": round(recall_at_10(shipped, reference, [q for q in reference
                                                                                    if q not in qrels]), 4),
@@ -293,7 +339,9 @@ def main() -> None:
     parser.add_argument("step", nargs="?", choices=("encode", "build", "search", "exact"))
     parser.add_argument("--sizes", default="30000,100000,300000,1000000")
     parser.add_argument("--work", default="runs/scale")
-    parser.add_argument("--settings", default="{}", help="builder settings (JSON) of the build step")
+    parser.add_argument("--settings", default="{}", help="builder settings (JSON): of the build step; with the rows, "
+                                                         "added to --index-type's")
+    parser.add_argument("--index-type", default="ivfsq", help="the rows' index type (the builder's defaults for it)")
     parser.add_argument("--base")
     parser.add_argument("--index")
     parser.add_argument("--run")
@@ -304,7 +352,9 @@ def main() -> None:
     elif args.step:
         {"build": build_step, "search": search_step, "exact": exact_step}[args.step](args)
     else:
-        print(json.dumps(rows([int(s) for s in args.sizes.split(",")], Path(args.work).resolve()), indent=1))
+        settings = {"index_type": args.index_type, **json.loads(args.settings)}
+        print(json.dumps(rows([int(s) for s in args.sizes.split(",")], Path(args.work).resolve(), settings=settings),
+                         indent=1))
 
 
 if __name__ == "__main__":
