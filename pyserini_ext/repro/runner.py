@@ -127,6 +127,8 @@ class StepRunner:
         tmp = partial_path(output)
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
         argv = [str(tmp) if str(c) == str(output) else str(c) for c in command]
+        if argv and argv[0] == "python":  # the conditions' `python -m ...`: this interpreter, not the first on PATH
+            argv[0] = sys.executable
         print(f"  [run] {name} ...", flush=True)
         started = time.perf_counter()
         with open(self.log, "a", encoding="utf-8") as log:

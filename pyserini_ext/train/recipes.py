@@ -150,7 +150,7 @@ SUMMARIES = {
                     "no longer let the weaker lexical part outvote the semantic one): chosen on the long-query "
                     "development set (one half of a SciFact or Cranfield passage retrieving the other), where it "
                     "lifts nDCG@10 from 0.9027 to 0.9288 (BM25 0.9028), short development queries level or better "
-                    "(SciFact train 0.6992 vs 0.6981; experiments/aggretriever-lexical).",
+                    "(SciFact train 0.6992 vs 0.6981; docs/aggretriever.md, \"Long queries\").",
     "aligner": "AligneR (128-dim normalised token vectors, query/document salience heads), distilled from the "
                "teacher ensemble: listwise KL over each query's candidates + in-batch NLL on the salience-weighted "
                "top-1 alignment score, at 40% of each passage's tokens (entropy top-k) and, with the same weight, "
