@@ -61,6 +61,9 @@ INDEX_FILE, DOCID_FILE = "index", "docid"  # Pyserini's names
 VECTORS_FILE, PART_INDEX_FILE, REFINE_FILE = "vectors.npy", "index.faiss", "refine.npy"
 TRAINED_FILE, SAMPLE_VECTORS, SAMPLE_DOCIDS = "trained.faiss", "sample.npy", "sample_docids.txt"
 ENCODER_RUNTIME = ("device", "backend", "precision", "threads", "onnx_dir", "position_chunk")
+# vectors added to an IVF part at a time: Faiss's PQ encoder (sub-vectors of >= 16 dims) holds a float table of
+# n x pq_m x 256 (1 GB for a 16,384-passage chunk at PQ64)
+ADD_BATCH = 2048
 # the inverted lists block Faiss writes for an empty IndexIVF ("ilar", nlist, code size, "sprs", no sizes)
 _EMPTY_LISTS = struct.Struct("<4sQQ4sQ")
 
@@ -220,6 +223,8 @@ class AggretrieverIndexBuilder(IndexBuilder):
         else:
             codec = (f"PQ{settings.pq_m}x{settings.pq_bits}" if settings.index_type in PQ_TYPES
                      else SQ_TYPES[settings.sq_bits])
+            if settings.index_type == REFINE_TYPE:  # no polysemous training: it permutes the codes for Hamming
+                codec += "np"  # search, which the refine type never uses, and costs 140 s at 1,024 dims
             index = faiss.index_factory(dimension, f"IVF{settings.nlist},{codec}", faiss.METRIC_INNER_PRODUCT)
             if settings.pca:
                 index = faiss.IndexPreTransform(uncentred_pca(vectors, settings.pca), index)
@@ -263,7 +268,9 @@ class AggretrieverIndexBuilder(IndexBuilder):
 
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index = faiss.clone_index(self._trained_index(prepared))
-        index.add_with_ids(vectors, np.arange(len(vectors), dtype=np.int64))
+        ids = np.arange(len(vectors), dtype=np.int64)
+        for start in range(0, len(vectors), ADD_BATCH):  # the same lists as one add, in bounded memory
+            index.add_with_ids(vectors[start:start + ADD_BATCH], ids[start:start + ADD_BATCH])
         faiss.write_index(index, str(part / PART_INDEX_FILE))
         if self.settings.index_type == REFINE_TYPE:  # Faiss's own codes (its fp16 rounds unlike numpy's)
             np.save(part / REFINE_FILE, empty_refine_index(self.settings.refine, index.d).sa_encode(vectors))
