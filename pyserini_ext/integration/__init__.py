@@ -10,7 +10,8 @@ a Pyserini module below has executed, our module's `install` patches it. Pyserin
                                               arguments.py      our names in `--encoder-class` choices (argparse)
     pyserini.util                             prebuilt.py       our catalogues in its prebuilt-index dicts; downloads
     pyserini.search.lucene._impact_searcher   search_lucene.py  `--impact --encoder` with our models; model check
-    pyserini.search.faiss._searcher           search_faiss.py   model check of `from_prebuilt_index`
+    pyserini.search.faiss._searcher           search_faiss.py   model check of `from_prebuilt_index`; our
+                                                                ivfpq-refine indexes read memory-mapped
     pyserini.server                           server.py         its controller's UniIR import and default index
                                                                 deferred to their first use
     pyserini.server.models                    server_models.py  index type `aligner` (our AligneR records)
