@@ -33,29 +33,30 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
+def _action(libc, signum: int) -> tuple[_SigAction, str | None]:
+    """The installed action for `signum` and the file name of the library its handler lives in (None: default,
+    ignored, unknown)."""
+    action = _SigAction()
+    if libc.sigaction(int(signum), None, ctypes.byref(action)) != 0 or action.handler in (None, 0, 1):
+        return action, None
+    info = _DlInfo()
+    if not libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info)) or not info.fname:
+        return action, None
+    return action, info.fname.decode(errors="replace").rsplit("/", 1)[-1]
+
+
 def handler_library(signum: int) -> str | None:
     """The file name of the shared library whose function handles `signum` (None: default, ignored, unknown)."""
     libc = _libc()
-    if libc is None:
-        return None
-    action = _SigAction()
-    if libc.sigaction(int(signum), None, ctypes.byref(action)) != 0 or not action.handler or action.handler == 1:
-        return None
-    info = _DlInfo()
-    if not libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info)) or not info.fname:
-        return None
-    return info.fname.decode(errors="replace").rsplit("/", 1)[-1]
+    return None if libc is None else _action(libc, signum)[1]
 
 
 def _jvm_actions(libc) -> dict[int, _SigAction]:
     saved = {}
     for signum in _SIGNALS:
-        action = _SigAction()
-        if libc.sigaction(int(signum), None, ctypes.byref(action)) == 0 and action.handler not in (None, 0, 1):
-            info = _DlInfo()
-            if libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info)) and info.fname \
-                    and b"libjvm" in info.fname:
-                saved[int(signum)] = action
+        action, library = _action(libc, signum)
+        if library and "libjvm" in library:
+            saved[int(signum)] = action
     return saved
 
 
