@@ -22,6 +22,17 @@ BAD_IDS = [("", "empty"), (" ", "contains ' '"), ("a b", "contains ' '"), ("a\tb
 GOOD_IDS = ["doc-{n}", "{n}", "D{n}_x", "é{n}", "中{n}", "{n}.0", "a/b#{n}", "MED-{n}"]
 
 
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """`pyserini-ext ARGV` in this process: (exit code, standard error)."""
+    from pyserini_ext.cli.__main__ import main as cli
+
+    try:
+        code = cli(argv)
+    except SystemExit as usage_error:  # an option refused while parsing: argparse's usage error, exit 2
+        code = usage_error.code
+    return code, capsys.readouterr().err
+
+
 @dataclass
 class Case:
     """One generated input file (lines as written) and what reading it must give."""
@@ -45,6 +56,14 @@ def json_line(record) -> str:
 
 
 _ascii = random.Random(0)
+
+
+def end_with_defect(case: Case, lines: list[str], line: str) -> bool:
+    """A defect was written into `line`: append it as the case's last line (the one the error must name)."""
+    if case.error_text:
+        lines.append(line)
+        case.error_line = len(lines)
+    return bool(case.error_text)
 
 
 def corpus_case(rng: random.Random, max_docs: int = 12, defect_rate: float = 0.5, id_key: str = "_id") -> Case:
@@ -82,9 +101,7 @@ def corpus_case(rng: random.Random, max_docs: int = 12, defect_rate: float = 0.5
             else:
                 record["text"] = {"nested": "x"}
                 line, case.error_text = json_line(record), "field 'text' is a dict"
-            if case.error_text:
-                lines.append(line)
-                case.error_line = len(lines)
+            if end_with_defect(case, lines, line):
                 break
         lines.append(line)
         ids.append(docid)
@@ -119,9 +136,7 @@ def topics_case(rng: random.Random, max_topics: int = 6, defect_rate: float = 0.
                 lines.append(f"{qid}\t{text} \udcff")
                 case.error_text = "not UTF-8 text"
                 break
-            if case.error_text:
-                lines.append(line)
-                case.error_line = len(lines)
+            if end_with_defect(case, lines, line):
                 break
         lines.append(line)
         ids.append(qid)

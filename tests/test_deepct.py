@@ -17,25 +17,20 @@ from pyserini_ext.models.deepct_terms import (
 from pyserini_ext.train.deepct import collate, make_examples, masked_mse, term_recall
 
 
-@pytest.fixture(scope="module")
-def untrained(untrained_deepct) -> DeepCTModel:
-    return untrained_deepct
-
-
-def test_term_recall_two_queries_one_passage(untrained):
+def test_term_recall_two_queries_one_passage(untrained_deepct):
     corpus = {"d1": {"title": "", "text": "Apple banana cherry, apple."}}
     queries = {"q1": "apple banana", "q2": "APPLE pie"}
-    examples = make_examples(untrained.tokenizer, corpus, queries, {"q1": {"d1": 1}, "q2": {"d1": 2}})
+    examples = make_examples(untrained_deepct.tokenizer, corpus, queries, {"q1": {"d1": 1}, "q2": {"d1": 2}})
     (example,) = examples
     assert example.words == ["apple", "banana", "cherry", ",", "apple", "."]
     assert example.targets == [1.0, 0.5, 0.0, 0.0, 1.0, 0.0]
     assert term_recall(["x", "y"], [["x"], ["x", "y"], ["z"], ["x"]]) == [0.75, 0.25]
 
 
-def test_targets_sit_on_first_pieces_only(untrained):
+def test_targets_sit_on_first_pieces_only(untrained_deepct):
     corpus = {"d1": {"title": "", "text": "covid19 insulin"}}  # covid19 -> 3 pieces
-    (example,) = make_examples(untrained.tokenizer, corpus, {"q": "covid19"}, {"q": {"d1": 1}})
-    batch = collate([example], untrained.tokenizer.pad_token_id)
+    (example,) = make_examples(untrained_deepct.tokenizer, corpus, {"q": "covid19"}, {"q": {"d1": 1}})
+    batch = collate([example], untrained_deepct.tokenizer.pad_token_id)
     # [CLS] co ##vid ##19 insulin [SEP]
     assert batch["mask"][0].tolist() == [0, 1, 0, 0, 1, 0]
     assert batch["targets"][0].tolist() == [0, 1, 0, 0, 0, 0]
@@ -43,18 +38,18 @@ def test_targets_sit_on_first_pieces_only(untrained):
     assert masked_mse(predictions, batch["targets"], batch["mask"]).item() == pytest.approx((0.25 + 0.0625) / 2)
 
 
-def test_passages_cut_at_max_length(untrained):
+def test_passages_cut_at_max_length(untrained_deepct):
     corpus = {"d1": {"title": "", "text": " ".join(["word"] * 300)}}
-    (example,) = make_examples(untrained.tokenizer, corpus, {"q": "word"}, {"q": {"d1": 1}}, max_length=128)
+    (example,) = make_examples(untrained_deepct.tokenizer, corpus, {"q": "word"}, {"q": {"d1": 1}}, max_length=128)
     assert example.inputs["input_ids"].shape == (1, 128) and len(example.targets) == 126
 
 
-def test_windows_cover_long_texts_without_losing_words(untrained):
-    words = split_words(untrained.tokenizer, " ".join(f"w{i}" for i in range(200)))
+def test_windows_cover_long_texts_without_losing_words(untrained_deepct):
+    words = split_words(untrained_deepct.tokenizer, " ".join(f"w{i}" for i in range(200)))
     windows = pack_windows(words, 16)
     assert sum(len(w) for w in windows) == len(words)
     assert all(sum(len(x.piece_ids) for x in w) <= 14 for w in windows)
-    assert len(untrained.word_weights([" ".join(["a"] * 1000)])[0]) == 1000
+    assert len(untrained_deepct.word_weights([" ".join(["a"] * 1000)])[0]) == 1000
 
 
 def test_subword_merge_rules():
@@ -86,52 +81,52 @@ def test_term_frequency_rules_max_and_sum():
             TermFrequencyRule(**bad)
 
 
-def test_first_piece_weight_is_the_word_weight(untrained):
+def test_first_piece_weight_is_the_word_weight(untrained_deepct):
     text = "covid19 insulin"
-    ids = untrained.tokenizer(text, return_tensors="pt")
-    token_weights = untrained(ids["input_ids"], ids["attention_mask"])[0]
-    weights = dict(untrained.word_weights([text])[0])
+    ids = untrained_deepct.tokenizer(text, return_tensors="pt")
+    token_weights = untrained_deepct(ids["input_ids"], ids["attention_mask"])[0]
+    weights = dict(untrained_deepct.word_weights([text])[0])
     assert weights["covid19"] == pytest.approx(token_weights[1].item(), abs=1e-5)
     assert weights["insulin"] == pytest.approx(token_weights[4].item(), abs=1e-5)
 
 
-def test_save_load_round_trip_and_token_classification_layout(untrained, tmp_path):
-    untrained.save_pretrained(tmp_path / "m")
+def test_save_load_round_trip_and_token_classification_layout(untrained_deepct, tmp_path):
+    untrained_deepct.save_pretrained(tmp_path / "m")
     reloaded = DeepCTModel.from_pretrained(tmp_path / "m")
     text = ["Insulin resistance in mice."]
 
     def weights(model):
         return dict(model.word_weights(text)[0])
 
-    assert weights(reloaded) == pytest.approx(weights(untrained))
+    assert weights(reloaded) == pytest.approx(weights(untrained_deepct))
     hf = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "m"))
     assert hf.config.num_labels == 1
     hf.save_pretrained(str(tmp_path / "hf"))  # a plain 1-label token classifier (no deepct_config.json)
-    untrained.tokenizer.save_pretrained(str(tmp_path / "hf"))
-    assert weights(DeepCTModel.from_pretrained(tmp_path / "hf")) == pytest.approx(weights(untrained))
+    untrained_deepct.tokenizer.save_pretrained(str(tmp_path / "hf"))
+    assert weights(DeepCTModel.from_pretrained(tmp_path / "hf")) == pytest.approx(weights(untrained_deepct))
 
 
-def test_float16_folder_loads_as_float32(untrained, tmp_path):
+def test_float16_folder_loads_as_float32(untrained_deepct, tmp_path):
     """A shipped folder may store its weights in float16 (half the bytes); they load back as float32 (transformers
     would keep float16), and the word weights stay within float16 rounding."""
-    untrained.save_pretrained(tmp_path / "full")
-    untrained.save_pretrained(tmp_path / "half", encoder_dtype=torch.float16)
+    untrained_deepct.save_pretrained(tmp_path / "full")
+    untrained_deepct.save_pretrained(tmp_path / "half", encoder_dtype=torch.float16)
     full, half = ((tmp_path / name / "model.safetensors").stat().st_size for name in ("full", "half"))
     assert 0.45 < half / full < 0.55
     loaded = DeepCTModel.from_pretrained(tmp_path / "half")
     assert all(p.dtype == torch.float32 for p in loaded.parameters())
     text = ["Insulin resistance in mice and vitamin D."]
-    original, rounded = untrained.word_weights(text)[0], loaded.word_weights(text)[0]
+    original, rounded = untrained_deepct.word_weights(text)[0], loaded.word_weights(text)[0]
     assert [w for w, _ in original] == [w for w, _ in rounded]
     differences = [abs(a - b) for (_, a), (_, b) in zip(original, rounded)]
     assert 0 < max(differences) < 5e-3
 
 
-def test_bad_inputs(untrained, tmp_path):
-    assert untrained.word_weights(["", "   "]) == [[], []]
+def test_bad_inputs(untrained_deepct, tmp_path):
+    assert untrained_deepct.word_weights(["", "   "]) == [[], []]
     with pytest.raises(ValueError, match="no training examples"):
-        make_examples(untrained.tokenizer, {"d": {"title": "", "text": ""}}, {"q": "x"}, {"q": {"d": 1}})
+        make_examples(untrained_deepct.tokenizer, {"d": {"title": "", "text": ""}}, {"q": "x"}, {"q": {"d": 1}})
     with pytest.raises(KeyError, match="not in the corpus"):
-        make_examples(untrained.tokenizer, {}, {"q": "x"}, {"q": {"d": 1}})
+        make_examples(untrained_deepct.tokenizer, {}, {"q": "x"}, {"q": {"d": 1}})
     with pytest.raises(ModelFolderError, match="no config.json"):
         DeepCTModel.from_pretrained(tmp_path)

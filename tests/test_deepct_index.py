@@ -37,20 +37,15 @@ from pyserini_ext.train.loop import TrainConfig, set_seed
 
 
 @pytest.fixture(scope="module")
-def untrained(untrained_deepct) -> DeepCTModel:
-    return untrained_deepct
-
-
-@pytest.fixture(scope="module")
 def small_corpus(scifact):
     docids = sorted(scifact.corpus)[:60]
     return {d: scifact.corpus[d] for d in docids}
 
 
 @pytest.fixture(scope="module")
-def word_tfs(untrained, small_corpus):
+def word_tfs(untrained_deepct, small_corpus):
     texts = [document_text(small_corpus[d]) for d in small_corpus]
-    weights = untrained.word_weights(texts)
+    weights = untrained_deepct.word_weights(texts)
     return {d: word_term_frequencies(merge_word_weights(w)) for d, w in zip(small_corpus, weights)}
 
 
@@ -92,35 +87,35 @@ def test_index_statistics_equal_pseudo_document_index(twin_indexes, word_tfs):
     assert read_index_metadata(twin_indexes[0])["total_tf"] == stats[0]["total_terms"]
 
 
-def test_bad_documents_are_kept_and_counted(untrained, tmp_path, caplog):
+def test_bad_documents_are_kept_and_counted(untrained_deepct, tmp_path, caplog):
     corpus = {"empty": {"title": "", "text": ""}, "stop": {"title": "", "text": "the of and , . !"},
               "ok": {"title": "Insulin", "text": "insulin resistance in mice"}}
     with caplog.at_level(logging.WARNING):
-        report = build_deepct_index(untrained, corpus, tmp_path / "idx")
+        report = build_deepct_index(untrained_deepct, corpus, tmp_path / "idx")
     assert (report.documents, report.empty_documents) == (3, 2)
     assert "2 of 3 documents have no term with tf >= 1" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # every weight rounds to 0
-        report = build_deepct_index(untrained, corpus, tmp_path / "idx0", TermFrequencyRule(scale=0.001))
+        report = build_deepct_index(untrained_deepct, corpus, tmp_path / "idx0", TermFrequencyRule(scale=0.001))
     assert (report.documents, report.empty_documents) == (3, 3)
     assert "3 of 3 documents" in caplog.text
     searcher = ClassicLuceneSearcher(tmp_path / "idx0")
     assert searcher.num_docs == 3 and searcher.doc("empty") is not None and searcher.search("insulin") == []
     with pytest.raises(FileExistsError):
-        build_deepct_index(untrained, corpus, tmp_path / "idx")
+        build_deepct_index(untrained_deepct, corpus, tmp_path / "idx")
     with pytest.raises(ValueError, match="unknown tf mode"):
-        build_deepct_index(untrained, corpus, tmp_path / "bad", TermFrequencyRule(mode="cube"))
+        build_deepct_index(untrained_deepct, corpus, tmp_path / "bad", TermFrequencyRule(mode="cube"))
     assert not (tmp_path / "bad").exists()
 
 
-def test_index_follows_the_models_tf_rule(untrained, tmp_path):
+def test_index_follows_the_models_tf_rule(untrained_deepct, tmp_path):
     """A model folder names its index's tf rule (deepct_config.json `index_tf`); the index uses it unless told
     otherwise, records it, and with merge "sum" a repeated word's tf is the sum over its occurrences."""
     from pyserini.index.lucene import LuceneIndexReader
 
     rule = TermFrequencyRule(scale=1000.0, mode="sqrt", merge="sum")
-    folder = DeepCTModel(untrained.encoder, untrained.tokenizer, untrained.max_length, rule).save_pretrained(
-        tmp_path / "model")
+    model = untrained_deepct
+    folder = DeepCTModel(model.encoder, model.tokenizer, model.max_length, rule).save_pretrained(tmp_path / "model")
     model = DeepCTModel.from_pretrained(folder)
     assert model.index_tf == rule
     text = "insulin resistance: insulin and insulin receptors"
@@ -142,7 +137,7 @@ def test_index_follows_the_models_tf_rule(untrained, tmp_path):
         DeepCTModel.from_pretrained(folder)
 
 
-def test_interrupted_build_leaves_nothing(untrained, tmp_path):
+def test_interrupted_build_leaves_nothing(untrained_deepct, tmp_path):
     def documents():
         yield "d1", {"insulin": 3}, ""
         raise KeyboardInterrupt
@@ -152,10 +147,10 @@ def test_interrupted_build_leaves_nothing(untrained, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_analyzer_option(untrained, tmp_path):
+def test_analyzer_option(untrained_deepct, tmp_path):
     corpus = {"d": {"title": "", "text": "the running mice"}}
-    build_deepct_index(untrained, corpus, tmp_path / "porter", TermFrequencyRule(scale=1000))
-    build_deepct_index(untrained, corpus, tmp_path / "none", TermFrequencyRule(scale=1000),
+    build_deepct_index(untrained_deepct, corpus, tmp_path / "porter", TermFrequencyRule(scale=1000))
+    build_deepct_index(untrained_deepct, corpus, tmp_path / "none", TermFrequencyRule(scale=1000),
                        analyzer=AnalyzerSettings("none", keep_stopwords=True))
     from pyserini.index.lucene import LuceneIndexReader
 
@@ -164,13 +159,13 @@ def test_analyzer_option(untrained, tmp_path):
     assert ClassicLuceneSearcher(tmp_path / "none").search("running")[0].docid == "d"  # settings from metadata
 
 
-def test_deepct_query_and_impact_searcher(twin_indexes, untrained, word_tfs, caplog):
+def test_deepct_query_and_impact_searcher(twin_indexes, untrained_deepct, word_tfs, caplog):
     from pyserini.search.lucene import LuceneImpactSearcher
 
     from pyserini_ext.registry import encoder_class
 
     deepct_index, pseudo_index = twin_indexes
-    encoder = encoder_class("deepct", "query")(untrained)
+    encoder = encoder_class("deepct", "query")(untrained_deepct)
     assert isinstance(encoder, DeepCTQueryEncoder)
     query = "insulin resistance in mice"
     weights = encoder.encode(query)
@@ -184,7 +179,7 @@ def test_deepct_query_and_impact_searcher(twin_indexes, untrained, word_tfs, cap
     assert hits[0].score == pytest.approx(sum(w * top_tfs.get(t, 0) for t, w in weights.items()), rel=1e-4)
     assert encoder.encode("zzqxj vvkkw") == {} or impact.search("zzqxj vvkkw", 5) == []
 
-    weigher = DeepCTQueryWeigher(untrained)
+    weigher = DeepCTQueryWeigher(untrained_deepct)
     topics = {"q1": query, "q2": "the of", "q3": ""}
     for index in (deepct_index, pseudo_index):
         searcher = ClassicLuceneSearcher(index)

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fuzz_cases import ERROR_LINE, Case, aligner_options, corpus_case, lucene_options, topics_case, write_lines
+from fuzz_cases import ERROR_LINE, Case, aligner_options, corpus_case, lucene_options, run_cli, topics_case, write_lines
 
 from pyserini_ext.cli.__main__ import main as cli
 from pyserini_ext.data.text import sanitize
@@ -63,14 +63,6 @@ class Outcomes:
         assert not self.failures, "\n".join(self.failures[:5])
 
 
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = cli(argv)
-    except SystemExit as usage_error:  # an option refused while parsing: argparse's usage error, exit 2
-        code = usage_error.code
-    return code, capsys.readouterr().err
-
-
 def sizes(default: int, slow: int) -> list[pytest.param]:
     return [pytest.param(default, id=f"{default}-cases"),
             pytest.param(slow, id=f"{slow}-cases", marks=pytest.mark.slow)]
@@ -93,7 +85,7 @@ def test_fuzz_corpus_and_queries_through_data_export(cases, tmp_path, capsys):
         (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
             f"{q}\t{(corpus.ids or ['x'])[0]}\t1\n" for q in judged if "\t" not in q))
         out = tmp_path / f"export{n}"
-        code, err = run(["data", "export", str(root), "--output", str(out), "--no-download"], capsys)
+        code, err = run_cli(["data", "export", str(root), "--output", str(out), "--no-download"], capsys)
         first_bad: Case | None = corpus if corpus.error_text else queries if queries.error_text else None
         expected = first_bad.error_text if first_bad else ""
         bad_file = ("corpus.jsonl" if first_bad is corpus else "queries.jsonl") if first_bad else None
@@ -121,7 +113,7 @@ def test_fuzz_corpus_through_deepct_index(cases, tmp_path, capsys):
         corpus = corpus_case(rng, max_docs=8, defect_rate=0.5, id_key=rng.choice(["_id", "id"]))
         path = write_lines(tmp_path / f"corpus{n}.jsonl", corpus.lines, rng)
         out = tmp_path / f"index{n}"
-        code, err = run(["deepct", "index", "--model", str(DEEPCT_MODEL), "--corpus", str(path), "--output",
+        code, err = run_cli(["deepct", "index", "--model", str(DEEPCT_MODEL), "--corpus", str(path), "--output",
                          str(out)], capsys)
 
         def good(corpus=corpus, out=out):
@@ -177,7 +169,7 @@ def test_fuzz_topics_and_options_through_lucene_search(cases, tmp_path, capsys, 
         options = lucene_options(rng, invalid_rate=rng.choice([0.0, 0.3]))
         path = write_lines(tmp_path / f"topics{n}.tsv", topics.lines, rng)
         out = tmp_path / f"run{n}.txt"
-        code, err = run(["lucene", "search", "--index", str(small_index), "--topics", str(path), "--output",
+        code, err = run_cli(["lucene", "search", "--index", str(small_index), "--topics", str(path), "--output",
                          str(out), *options.argv], capsys)
         # checked in this order: the scoring options (opening the searcher), the topics, the number of hits
         expected = options.error_text or topics.error_text
@@ -197,7 +189,7 @@ def test_fuzz_aligner_index_and_search(cases, tmp_path, capsys, one_thread):
         corpus = corpus_case(rng, max_docs=6, defect_rate=0.3)
         path = write_lines(tmp_path / f"corpus{n}.jsonl", corpus.lines, rng)
         index = tmp_path / f"index{n}"
-        code, err = run(["aligner", "index", "--model", str(ALIGNER_MODEL), "--corpus", str(path), "--output",
+        code, err = run_cli(["aligner", "index", "--model", str(ALIGNER_MODEL), "--corpus", str(path), "--output",
                          str(index)], capsys)
         if not corpus.error_text:
             texts = [line for line in corpus.lines if line]
@@ -212,7 +204,7 @@ def test_fuzz_aligner_index_and_search(cases, tmp_path, capsys, one_thread):
         options = aligner_options(rng)
         topics_path = write_lines(tmp_path / f"topics{n}.tsv", topics.lines, rng)
         out = tmp_path / f"run{n}.txt"
-        code, err = run(["aligner", "search", "--index", str(index), "--topics", str(topics_path), "--output",
+        code, err = run_cli(["aligner", "search", "--index", str(index), "--topics", str(topics_path), "--output",
                          str(out), *options.argv], capsys)
         expected = options.error_text if options.at_parse else topics.error_text or options.error_text
         if not expected and any(not line.partition("\t")[2].strip() for line in topics.lines if line):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fuzz_cases import ERROR_LINE
+from fuzz_cases import ERROR_LINE, run_cli
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForTokenClassification
 
 from pyserini_ext.cli.__main__ import main as cli
@@ -41,14 +41,6 @@ def write_corpus(path: Path, records: list[dict] | None = None, raw_lines: list[
     lines = raw_lines if raw_lines is not None else [json.dumps(r) for r in records]
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = cli(argv)
-    except SystemExit as usage_error:  # an option refused while parsing: argparse's usage error, exit 2
-        code = usage_error.code
-    return code, capsys.readouterr().err
 
 
 def assert_one_line_error(code: int, err: str, *needles: str) -> None:
@@ -375,6 +367,14 @@ def test_wrong_dimension_through_pyserini_encode_leaves_no_faiss_index(tmp_path,
     assert not out.exists()
 
 
+def pyserini_encode(corpus: Path, out: Path, model: Path, *options: str) -> subprocess.CompletedProcess:
+    """The unchanged `python -m pyserini.encode` of `corpus` (title, text) into a Faiss index `out` with `model`."""
+    return subprocess.run([sys.executable, "-m", "pyserini.encode", "input", "--corpus", str(corpus), "--fields",
+                           "title", "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder",
+                           str(model), "--encoder-class", "aggretriever", "--fields", "title", "text",
+                           "--device", "cpu", *options], capture_output=True, text=True, timeout=600)
+
+
 def test_pyserini_encode_without_dimension_sizes_the_faiss_index_by_the_model(tmp_path, tiny_aggretriever):
     """Pyserini's `--dimension` default (768) is for its own BERT encoders: without the option the index takes
     the model's width (the default Aggretriever has 1,024 dimensions); with it, a wrong one is still refused."""
@@ -382,10 +382,7 @@ def test_pyserini_encode_without_dimension_sizes_the_faiss_index_by_the_model(tm
     corpus = write_corpus(tmp_path / "corpus.jsonl", [{"id": "d1", "title": "t", "text": "insulin"},
                                                        {"id": "d2", "title": "", "text": "bone"}])
     out = tmp_path / "embeddings"
-    proc = subprocess.run([sys.executable, "-m", "pyserini.encode", "input", "--corpus", str(corpus), "--fields",
-                           "title", "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder",
-                           str(tiny_aggretriever), "--encoder-class", "aggretriever", "--fields", "title", "text",
-                           "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    proc = pyserini_encode(corpus, out, tiny_aggretriever)
     assert proc.returncode == 0, proc.stderr[-2000:]
     index = faiss.read_index(str(out / "index"))
     assert (index.d, index.ntotal) == (64, 2)
@@ -397,10 +394,7 @@ def test_lone_surrogate_through_pyserini_encode_gives_a_complete_index(tmp_path,
     corpus = write_corpus(tmp_path / "corpus.jsonl", [{"id": "d1", "title": "t", "text": "insulin \ud800"},
                                                        {"id": "d2", "title": "", "text": "bone"}])
     out = tmp_path / "embeddings"
-    proc = subprocess.run([sys.executable, "-m", "pyserini.encode", "input", "--corpus", str(corpus), "--fields",
-                           "title", "text", "output", "--embeddings", str(out), "--to-faiss", "encoder", "--encoder",
-                           str(tiny_aggretriever), "--encoder-class", "aggretriever", "--fields", "title", "text",
-                           "--device", "cpu", "--dimension", "64"], capture_output=True, text=True, timeout=600)
+    proc = pyserini_encode(corpus, out, tiny_aggretriever, "--dimension", "64")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "replaced 1 invalid code point" in proc.stderr
     assert faiss.read_index(str(out / "index")).ntotal == 2
