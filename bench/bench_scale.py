@@ -27,7 +27,8 @@ MSMARCO = 8_841_823
 # columns shown when a model's rows have them, in this order
 COLUMNS = ("model", "variant", "N", "source", "codec", "candidates", "nlist", "nprobe", "index_type", "build_s",
            "build_cpu_s", "build_rss_mb", "ray_build_s", "ray_driver_rss_mb", "ray_same", "index_mb", "bytes_per_token",
-           "bytes_per_passage", "search_rss_mb", "p50_ms", "p95_ms", "p50_cpu_ms", "p95_cpu_ms", "touched_pct",
+           "bytes_per_passage", "ram_mb", "ram_bytes_per_passage", "search_rss_mb", "search_rss_anon_mb", "p50_ms",
+           "p95_ms", "p50_cpu_ms", "p95_cpu_ms", "p50_cold_ms", "touched_pct",
            "recall_at_10_vs_exact", "recall_at_10_vs_exact_dl20", "ndcg_at_10", "ndcg_at_10_exact")
 
 
@@ -55,8 +56,8 @@ def slope_at(rows: list[dict], key: str, n: int, power: bool = False) -> float |
 
 
 def extrapolation(rows: list[dict]) -> str:
-    lines = ["| model / variant | index GB | build peak RSS GB | index-stage build hours (2 cores) | query p50 ms |",
-             "|---|---|---|---|---|"]
+    lines = ["| model / variant | index GB | of it in RAM GB | build peak RSS GB | index-stage build hours (2 cores) "
+             "| query p50 ms |", "|---|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(f"{r['model']} {r.get('variant', '')}".strip(), []).append(r)
@@ -64,11 +65,14 @@ def extrapolation(rows: list[dict]) -> str:
         # CPU time where a script measured it: on a loaded machine, wall time mostly measures the neighbours
         cpu = any("build_cpu_s" in r for r in group)
         index_mb = slope_at(group, "index_mb", MSMARCO)
+        # what search holds in RAM where a row says (memory-mapped refine vectors are not), else the whole index
+        ram_mb = slope_at(group, "ram_mb", MSMARCO) if any("ram_mb" in r for r in group) else index_mb
         rss = max((r["build_rss_mb"] for r in group if "build_rss_mb" in r), default=None)
         hours = slope_at(group, "build_cpu_s" if cpu else "build_s", MSMARCO)
         p50 = slope_at(group, "p50_cpu_ms" if cpu else "p50_ms", MSMARCO, power=True)
-        lines.append(f"| {name} | {index_mb / 1024:.1f} | {rss / 1024:.2f} | {hours / 3600:.1f} | {p50:.0f} |"
-                     if None not in (index_mb, rss, hours, p50) else f"| {name} | (needs two sizes) | | | |")
+        lines.append(f"| {name} | {index_mb / 1024:.1f} | {ram_mb / 1024:.1f} | {rss / 1024:.2f} | {hours / 3600:.1f} "
+                     f"| {p50:.0f} |" if None not in (index_mb, ram_mb, rss, hours, p50)
+                     else f"| {name} | (needs two sizes) | | | | |")
     return "\n".join(lines)
 
 

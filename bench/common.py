@@ -148,6 +148,19 @@ def side_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help=argparse.SUPPRESS)
 
 
+def scale_parser(doc: str, steps: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The flags every scale_<model>.py shares: its rows (--sizes, --work) and the per-step processes it starts
+    (`step`, --base, --index, --run, --n)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", nargs="?", choices=steps, help="one step of one row (the rows start these)")
+    parser.add_argument("--sizes", default="30000,100000,300000,1000000")
+    parser.add_argument("--work", default="runs/scale")
+    for name in ("--base", "--index", "--run"):
+        parser.add_argument(name, help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    return parser
+
+
 def chosen_sides(names: list[str] | None) -> dict:
     """Pyserini's side (the baseline, always) and ours named in `names` (all when none), less what cannot run here."""
     return runnable({side: options for side, options in SIDES.items()

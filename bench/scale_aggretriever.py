@@ -17,12 +17,11 @@ on disk (cold), the second in the page cache (warm: p50/p95); wall-clock and CPU
 54 queries, peak RSS, and its anonymous and file-backed parts) and exact (flat inner products over every vector,
 block by block: top-10 recall of the index; DL19 nDCG@10 of both).
 
-    python -m bench.scale_aggretriever --sizes 30000,100000 --work runs/scale                  # ivfsq, the default
+    python -m bench.scale_aggretriever --sizes 30000,100000 --work runs/scale      # ivfsq and ivfpq-refine (VARIANTS)
     python -m bench.scale_aggretriever --sizes 100000 --index-type ivfpq-refine --settings '{"pq_m": 128}'
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import DATASET, base_corpus, measure, memory_mb, python
+from bench.common import DATASET, base_corpus, measure, memory_mb, python, scale_parser
 
 MODEL = "aggretriever-minilm-fullwidth"  # the shipped default's folder, pinned: its vectors are cached
 BLOCK = 4096  # distractors drawn per seeded block (the same vectors whatever the chunking)
@@ -278,9 +277,15 @@ def variant(settings: dict) -> str:
     return settings["index_type"]
 
 
+# the rows bench_scale shows: the small in-RAM index, and the one for MS MARCO size (docs/scale.md)
+VARIANTS = ({"index_type": "ivfsq"}, {"index_type": "ivfpq-refine"})
+
+
 def rows(sizes: list[int], work: Path, ray: bool = True, settings: dict | None = None) -> list[dict]:
-    """One row per N: the index the builder writes by default for a corpus of N passages (`settings`: other
-    builder settings, e.g. {"index_type": "flat"})."""
+    """One row per N and variant: the index the builder writes by default for a corpus of N passages (`settings`:
+    one variant's builder settings, e.g. {"index_type": "flat"}; None: each of VARIANTS)."""
+    if settings is None:
+        return [row for variant_settings in VARIANTS for row in rows(sizes, work, ray, variant_settings)]
     from bench.common import ndcg10
     from pyserini_ext.data import load_dataset
 
@@ -289,7 +294,6 @@ def rows(sizes: list[int], work: Path, ray: bool = True, settings: dict | None =
     base = base_vectors(work)
     real = len((base / "docids.txt").read_text().split())
     qrels = load_dataset(DATASET).qrels("test")
-    settings = settings or {"index_type": "ivfsq"}  # the builder's defaults for that type
     found = []
     for n in sizes:
         name = "aggretriever-" + "-".join(f"{k}{v}" for k, v in sorted(settings.items())) + f"-{n}"
@@ -335,24 +339,21 @@ def rows(sizes: list[int], work: Path, ray: bool = True, settings: dict | None =
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", nargs="?", choices=("encode", "build", "search", "exact"))
-    parser.add_argument("--sizes", default="30000,100000,300000,1000000")
-    parser.add_argument("--work", default="runs/scale")
+    parser = scale_parser(__doc__, ("encode", "build", "search", "exact"))
     parser.add_argument("--settings", default="{}", help="builder settings (JSON): of the build step; with the rows, "
                                                          "added to --index-type's")
-    parser.add_argument("--index-type", default="ivfsq", help="the rows' index type (the builder's defaults for it)")
-    parser.add_argument("--base")
-    parser.add_argument("--index")
-    parser.add_argument("--run")
-    parser.add_argument("--n", type=int)
+    parser.add_argument("--index-type", help="the rows' index type, with the builder's defaults for it (default: "
+                                              "each of VARIANTS)")
     args = parser.parse_args()
     if args.step == "encode":
         encode_base(Path(args.work))
     elif args.step:
         {"build": build_step, "search": search_step, "exact": exact_step}[args.step](args)
     else:
-        settings = {"index_type": args.index_type, **json.loads(args.settings)}
+        extra = json.loads(args.settings)
+        settings = {"index_type": args.index_type or VARIANTS[0]["index_type"], **extra}  # --settings: of one type
+        if not (args.index_type or extra):
+            settings = None
         print(json.dumps(rows([int(s) for s in args.sizes.split(",")], Path(args.work).resolve(), settings=settings),
                          indent=1))
 

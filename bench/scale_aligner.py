@@ -15,14 +15,13 @@ exact scoring of the same index for top-10 recall.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import DATASET, measure, python
+from bench.common import DATASET, measure, python, scale_parser
 from pyserini_ext.index.aligner import AlignerIndexBuilder, AlignerIndexSettings, EncodedCorpus
 
 RUN_LENGTH = 8  # tokens per recombined run
@@ -229,15 +228,8 @@ def rows(sizes: list[int], work: Path, model: str = "aligner", ray: bool = True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", nargs="?", choices=("build", "search", "exact", "ray"))
-    parser.add_argument("--sizes", default="30000,100000,300000,1000000")
-    parser.add_argument("--work", default="runs/scale")
+    parser = scale_parser(__doc__, ("build", "search", "exact", "ray"))
     parser.add_argument("--model", default="aligner")
-    parser.add_argument("--base")
-    parser.add_argument("--index")
-    parser.add_argument("--run")
-    parser.add_argument("--n", type=int)
     parser.add_argument("--no-ray", action="store_true", help="leave out the Ray driver measurement")
     args = parser.parse_args()
     if args.step:
