@@ -423,10 +423,10 @@ def test_refine_bad_settings_are_one_line_option_errors(tmp_path):
     builder = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq-refine", pq_m=7))
     with pytest.raises(OptionError, match="^pq_m 7 does not divide the dimension 48$"):
         builder.train(np.zeros((300, 48), np.float32), tmp_path, 300)
-    # the defaults by type: PQ64, sqrt(N) lists, 1/8 of them probed, k_factor 1 (docs/scale.md)
+    # the defaults by type: PQ64, sqrt(N) lists, 1/4 of them probed, k_factor 4, >= 4,000 candidates (docs/scale.md)
     refine = AggretrieverIndexBuilder("m", AggretrieverIndexSettings(index_type="ivfpq-refine"))
-    assert [(s.nlist, s.nprobe, s.pq_m, s.k_factor) for s in map(refine.resolved, (30000, 1000000))] == [
-        (128, 16, 64, 1.0), (1024, 128, 64, 1.0)]
+    assert [(s.nlist, s.nprobe, s.pq_m, s.k_factor, s.min_candidates)
+            for s in map(refine.resolved, (30000, 1000000))] == [(128, 32, 64, 4.0, 4000), (1024, 256, 64, 4.0, 4000)]
 
 
 @pytest.fixture(scope="module")

@@ -85,13 +85,13 @@ class AggretrieverIndexOptions(IndexingOptions):
     nlist: int = option(0, help="IVF inverted lists (0: the power of two nearest 4*sqrt(passages), ivfsq and "
                                 "ivfpq-refine sqrt(passages))", min=0)
     nprobe: int = option(0, help="IVF lists searched per query, stored in the index (0: nlist/16, ivfsq nlist/32, "
-                                 "ivfpq-refine nlist/8; at least 8)", min=0)
+                                 "ivfpq-refine nlist/4; at least 8)", min=0)
     pq_m: int = option(_INDEX_DEFAULTS.pq_m, help="ivfpq/ivfpq-refine bytes per passage (sub-quantizers; divides the "
                                                   "dimension; 0: " + ", ".join(f"{t} {m}" for t, m in
                                                                                DEFAULT_PQ_M.items()) + ")", min=0)
     k_factor: float = option(_INDEX_DEFAULTS.k_factor,
                              help="ivfpq-refine: k * k_factor IVF-PQ candidates re-scored for k hits, stored in the "
-                                  "index (1: Pyserini's 1,000 hits re-score 1,000)", min=1, max=1000)
+                                  "index (4: Pyserini's 1,000 hits re-score 4,000)", min=1, max=1000)
     min_candidates: int = option(_INDEX_DEFAULTS.min_candidates,
                                  help="ivfpq-refine: at least this many re-scored however few hits are asked (in "
                                       "Pyserini; plain faiss.read_index re-scores k * k_factor)", min=0)
