@@ -454,3 +454,13 @@ def test_refine_index_from_the_cli_searches_as_flat_in_pyserini(model, sample, f
         "IndexRefine", 2.0, 8, 8, 96, 300)
     overlap = top10_overlap_in_pyserini(refine_by_cli, flat_one_piece, model, sample[0], tmp_path)
     assert np.mean(overlap) >= 0.98, overlap
+
+
+def test_a_large_flat_build_is_warned_of_before_it_starts():
+    from pyserini_ext.cli.aggretriever import FLAT_WARN_DOCUMENTS, flat_size_warning
+
+    message = flat_size_warning("flat", 8_841_823)
+    assert message.startswith("a flat index of 8,841,823 passages") and "36.2 GB" in message
+    assert "ivfpq-refine" in message and "\n" not in message
+    assert flat_size_warning("flat", FLAT_WARN_DOCUMENTS) is None  # up to 8 GB: no word
+    assert flat_size_warning("ivfpq-refine", 8_841_823) is None and flat_size_warning("flat", None) is None

@@ -4,6 +4,7 @@ HNSW, streamed in chunks (in this process or on Ray workers:
 `--workers N [--ray-address auto]`)."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from pyserini_ext.cli.options import Command, IndexingOptions, TrainingOptions, command_group, option
@@ -19,6 +20,10 @@ from pyserini_ext.models.aggretriever import DENSE_POOLINGS, POOLINGS, Aggretrie
 from pyserini_ext.models.backbones import BACKBONES
 from pyserini_ext.models.folder import resolve_model
 from pyserini_ext.train.aggretriever import HEAD_INITS, PASSAGE_MAX_LENGTH, QUERY_MAX_LENGTH
+
+logger = logging.getLogger(__name__)
+# above this many passages a flat index (4 GB a million at 1,024 dimensions) is said to outgrow common RAM
+FLAT_WARN_DOCUMENTS = 2_000_000
 
 _DEFAULTS = AggretrieverConfig()
 _INDEX_DEFAULTS = AggretrieverIndexSettings()
@@ -158,6 +163,15 @@ def train(options: AggretrieverTrainOptions) -> None:
     print(f"wrote {options.output}")
 
 
+def flat_size_warning(index_type: str, documents: int | None) -> str | None:
+    """What to say before a flat index of a corpus this large is built (None: nothing)."""
+    if index_type != "flat" or not documents or documents <= FLAT_WARN_DOCUMENTS:
+        return None
+    return (f"a flat index of {documents:,} passages holds 4 bytes a dimension per passage "
+            f"({documents * 4096 / 1e9:.1f} GB at the default model's 1,024), which Pyserini's FaissSearcher reads "
+            f"whole into RAM; --index-type ivfpq-refine keeps about 80 bytes a passage in RAM (docs/scale.md)")
+
+
 def index(options: AggretrieverIndexOptions) -> None:
     """A Pyserini Faiss index (flat: what `python -m pyserini.encode ... --to-faiss` writes), built in chunks from
     the corpus file as it is read, here or on Ray workers."""
@@ -166,6 +180,8 @@ def index(options: AggretrieverIndexOptions) -> None:
 
     check_output(options.output, options.overwrite, is_aggretriever_index)  # before the encoding work
     documents, total = options.documents()
+    if warning := flat_size_warning(options.index_type, total):
+        logger.warning(warning)
     runtime = {"device": options.device, "backend": options.backend, "precision": options.precision}
     builder = AggretrieverIndexBuilder(resolve_model(options.model, "aggretriever"), options.settings(),
                                        {**runtime, "progress": not options.on_ray()})
