@@ -89,6 +89,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch and Faiss threads (default 1; the targets in docs/aligner.md are at 2)")
     parser.add_argument("--neighbours", type=int, help="documents kept by the centroid stage (default: the index's)")
+    parser.add_argument("--exact-documents", type=int,
+                        help="of those, the ones scored on decoded codes, the best by centroid interaction (default: "
+                             "the index's; 0: all)")
     parser.add_argument("--encoded", help="cache of the corpus encoding (EncodedCorpus .npz), reused if present")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
@@ -132,7 +135,9 @@ def main() -> None:
         for number, (name, options, open_options) in enumerate(indexes):
             folder = build_index(encoded, Path(tmp) / str(number), beta_d=args.beta_d, progress=False, **options)
             index = AlignerIndex.open(folder, **open_options)
-            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if "codec" not in options else None)
+            compressed = "codec" not in options or options["codec"] == "residual-pq"
+            searcher = AlignerSearcher(index, model, neighbours=args.neighbours if compressed else None,
+                                       exact_documents=args.exact_documents if compressed else None)
             if name == "AligneR default":  # name the path the size rule chose
                 name = (f"AligneR default ({index.metadata['codec']}, {index.metadata['candidates']}"
                         + (f", nlist {index.metadata['nlist']})" if index.metadata["nlist"] else ")"))
@@ -147,7 +152,8 @@ def main() -> None:
     print(f"AligneR {Path(model_dir).name}, {args.dataset} {args.split}: {len(queries)} queries, {len(corpus)} "
           f"documents "
           f"({encoded.offsets[-1]} tokens, beta_d {args.beta_d}), {args.threads} threads; centroid stage: "
-          f"{args.neighbours or 'default'} documents to exact scoring")
+          f"{args.neighbours or 'default'} documents, "
+          f"{'default' if args.exact_documents is None else args.exact_documents} of them scored on decoded codes")
     print(f"{'':46} {'nDCG@10':>8} {'vs exact':>9} {'bytes/token':>12} {'p50 ms':>7} {'p99 ms':>7} {'p50 ratio':>10} "
           f"{'CPU p50 ms':>11}")
     report = {}

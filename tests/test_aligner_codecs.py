@@ -96,6 +96,35 @@ def test_centroid_candidates_keep_the_best_documents_by_centroid_approximation(e
     assert sorted((approx[d] for d in kept), reverse=True) == pytest.approx(sorted(approx.values(), reverse=True)[:20])
 
 
+def test_approximate_similarities_are_the_centroids_inner_products(encoded, tmp_path):
+    """Residual codes approximate a token by its centroid (read from the code's first bytes, query-major); a codec
+    without an approximation says so, and an index whose flat generator holds decoded vectors does not use one."""
+    index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
+                                          nlist=16, pq_m=8, train_size=2000, progress=False))
+    queries = np.random.default_rng(3).normal(size=(5, 32)).astype(np.float32)
+    rows = np.array([3, 0, 3, index.tokens - 1, 40, 41])
+    approx = index.codec.approximate_similarities(rows, queries)
+    assert approx.shape == (5, 6) and index.approximates
+    centroids = index.codec.centroids()[index.codec.centroid_ids(rows)]
+    np.testing.assert_allclose(approx, queries @ centroids.T, atol=1e-5)
+    similarities, _, mask = index.document_similarities(np.array([0, 2]), queries, approximate=True)
+    first = np.arange(index.offsets[2], index.offsets[3])
+    np.testing.assert_allclose(similarities[1, :len(first)], index.codec.approximate_similarities(first, queries).T,
+                               atol=1e-6)
+    exact = AlignerIndex.open(build_index(encoded, tmp_path / "e", progress=False))
+    assert not exact.approximates
+    with pytest.raises(NotImplementedError, match="float16"):
+        exact.codec.approximate_similarities(rows, queries)
+
+
+@pytest.mark.parametrize("centroid_bytes", [1, 2, 3, 4])
+def test_centroid_ids_read_little_endian_bytes(centroid_bytes):
+    codes = np.random.default_rng(4).integers(0, 256, size=(9, centroid_bytes + 3), dtype=np.uint8)
+    expected = sum(codes[:, b].astype(np.int64) << (8 * b) for b in range(centroid_bytes))
+    np.testing.assert_array_equal(ResidualPQStore.centroid_ids_of(codes, centroid_bytes), expected)
+    assert ResidualPQStore.centroid_ids_of(codes[:0], centroid_bytes).shape == (0,)
+
+
 def test_residual_pq_defaults_to_32_six_bit_codes(encoded, tmp_path):
     index = AlignerIndex.open(build_index(encoded, tmp_path / "i", codec="residual-pq", candidates="centroid",
                                           nlist=16, train_size=2000, progress=False))

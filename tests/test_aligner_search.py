@@ -21,9 +21,9 @@ from pyserini_ext.index.aligner import (
 )
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
-from pyserini_ext.models.alignment import DEFAULT_BETA_Q, Alignment, alignment_scores
+from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, aligned_scores, alignment_scores
 from pyserini_ext.models.backbones import backbone_path
-from pyserini_ext.search.aligner import AlignerSearcher
+from pyserini_ext.search.aligner import AlignerSearcher, maxsim_concatenated
 from pyserini_ext.train.adaptation import ALIGNMENT_OPTIONS, adapt_alignment
 
 N_QUERIES = 12
@@ -141,6 +141,54 @@ def test_a_search_for_k_hits_scores_at_least_k_documents(model, sample, compress
     if centroid:
         assert len(searcher.candidates(vectors, weights, k=12)) == 12
         assert len(searcher.search(query, k=12)) == 12
+
+
+def test_maxsim_on_concatenated_documents_equals_the_padded_alignment_score():
+    rng = np.random.default_rng(5)
+    lengths = np.array([3, 1, 7, 4])
+    similarities = rng.normal(size=(6, lengths.sum())).astype(np.float32)
+    query_weights = rng.uniform(0.5, 2, size=6).astype(np.float32)
+    doc_weights = rng.uniform(0.5, 3, size=lengths.sum()).astype(np.float32)
+    padded = np.zeros((4, 7, 6), dtype=np.float32)
+    weights, mask = np.zeros((4, 7), dtype=np.float32), np.zeros((4, 7), dtype=bool)
+    for d, (start, length) in enumerate(zip(np.cumsum(lengths) - lengths, lengths)):
+        padded[d, :length] = similarities[:, start:start + length].T
+        weights[d, :length], mask[d, :length] = doc_weights[start:start + length], True
+    reference = aligned_scores(torch.from_numpy(padded).transpose(1, 2)[None], torch.from_numpy(query_weights)[None],
+                               torch.ones(1, 6, dtype=torch.bool), torch.from_numpy(weights), torch.from_numpy(mask),
+                               MAXSIM)[0].numpy()
+    np.testing.assert_allclose(maxsim_concatenated(similarities, query_weights, doc_weights, lengths), reference,
+                               rtol=1e-5)
+    # tokens that tie for a query token's maximum (a centroid's tokens): the most salient one is aligned
+    tied = maxsim_concatenated(np.array([[0.5, 0.5], [0.2, 0.1]], dtype=np.float32), np.ones(2, dtype=np.float32),
+                               np.array([1.0, 3.0], dtype=np.float32), np.array([2]))
+    assert tied[0] == pytest.approx((3 * 0.5 + 1 * 0.2) / (3 + 1))
+
+
+def test_shortlist_keeps_the_best_documents_by_centroid_interaction(model, sample, compressed_index):
+    """Centroid candidates: of the candidates, the best `exact_documents` (at least k) by the MaxSim score on every
+    token's centroid go on to decoded scoring (PLAID's stage 3); 0 keeps them all."""
+    aligner, _ = model
+    query = next(iter(sample[0].values()))
+    searcher = AlignerSearcher(compressed_index, aligner, nprobe=16, exact_documents=5)
+    everything = AlignerSearcher(compressed_index, aligner, nprobe=16, exact_documents=0)
+    default = AlignerSearcher(compressed_index, aligner)
+    assert default.exact_documents == (256 if searcher.index.candidates.neighbours_are_documents else 0)
+    vectors, weights = searcher.encode_queries([query])[0]
+    docs = searcher.candidates(vectors, weights)
+    assert len(docs) > 12
+    short = searcher.shortlist(vectors, weights, docs)
+    assert len(short) == 5 and set(short) <= set(docs) and np.all(np.diff(short) > 0)
+    rows, lengths = searcher.index.token_rows(docs)
+    approx = maxsim_concatenated(searcher.index.codec.approximate_similarities(rows, vectors), weights,
+                                 np.asarray(searcher.index.weights[rows], dtype=np.float32), lengths)
+    assert sorted(approx[np.isin(docs, short)]) == pytest.approx(sorted(approx)[-5:])
+    assert len(searcher.shortlist(vectors, weights, docs, k=12)) == 12
+    assert np.array_equal(everything.shortlist(vectors, weights, docs), docs)
+    hits = {h.docid for h in searcher.search(query, k=3)}
+    assert hits <= {searcher.index.docids[d] for d in short}
+    with pytest.raises(ValueError, match="exact_documents"):
+        AlignerSearcher(compressed_index, aligner, exact_documents=-1)
 
 
 def test_pruning_keeps_top_salience_tokens(model, encoded, tmp_path):

@@ -86,11 +86,13 @@ class AlignerSearchOptions(SearchOptions):
                                     "documents kept by the centroid stage (1024)", min=1)
     nprobe: int | None = option(None, help="IVF lists (ivfpq) or centroids per query token (centroid) probed",
                                 min=1)
+    exact_documents: int | None = option(None, help="of the centroid stage's documents, those scored on decoded "
+                                         "codes, the best by centroid interaction (256; 0: all)", min=0)
     device: str = option("cpu", help="torch device")
 
     def searcher_settings(self) -> dict:
         """The search settings given on the command line; the others keep AlignerSearcher's defaults."""
-        names = ("beta_q", "alignment", "neighbours", "nprobe")
+        names = ("beta_q", "alignment", "neighbours", "nprobe", "exact_documents")
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 

@@ -14,7 +14,7 @@
             [segments, nlist + 1], segments.npy), one entry per distinct (centroid, document); the documents under
             the `nprobe` nearest centroids of each query token are ranked by their centroid approximation (sum over
             query tokens of weight x max over the document's tokens of q . centroid) and the best `neighbours` go
-            on to exact scoring.
+            on to the searcher's shortlist (every token's centroid) and exact scoring.
 """
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ FLAT_SCORES_PER_BLOCK = 1 << 24
 # documents per block of the centroid stage
 SEGMENT_DOCS = 1 << 16  # documents per segment of the centroid lists: their numbers fit in 2 bytes
 CANDIDATES_FILE = "candidates.faiss"
+# documents of the centroid stage's candidates scored on decoded codes, the best by centroid interaction over all
+# their tokens (chosen on development queries, docs/aligner.md)
+EXACT_DOCUMENTS = 256
 
 
 def documents_of(offsets: np.ndarray, token_rows: np.ndarray) -> np.ndarray:
@@ -58,6 +61,9 @@ class CandidateGenerator(ABC):
     # True: `neighbours` counts documents to score exactly (so a search asks for at least its k); False: nearest
     # tokens per query token
     neighbours_are_documents: ClassVar[bool] = False
+    # of the candidates, those scored on the codec's full similarities after a shortlist on its approximate ones
+    # (`AlignerSearcher.shortlist`); None: every candidate
+    default_exact_documents: ClassVar[int | None] = None
     # every stored vector decoded to float32, where the generator keeps them in memory (flat): exact scoring gathers
     # rows from it instead of decoding the codec's rows again (3x faster than float16 -> float32 per batch)
     decoded: np.ndarray | None = None
@@ -242,11 +248,12 @@ class CentroidCandidates(CandidateGenerator):
     # 256 lost 1.9 points on the MS MARCO triples dev set)
     default_neighbours = 1024
     neighbours_are_documents = True
+    default_exact_documents = EXACT_DOCUMENTS
     pairs = "pairs.npy"  # a part's distinct (centroid, document) pairs, as centroid * SEGMENT_DOCS + document
 
     def __init__(self, codec: ResidualPQStore, list_offsets: np.ndarray, list_docs: np.ndarray,
                  segment_starts: np.ndarray, offsets: np.ndarray, nprobe: int):
-        self.codec, self.centroids = codec, codec.centroids()
+        self.codec, self.centroids = codec, codec.centroid_table()
         self.list_offsets, self.list_docs, self.segment_starts = list_offsets, list_docs, segment_starts
         self.offsets, self.nprobe = offsets, nprobe
 

@@ -41,6 +41,7 @@ class TokenCodec(ABC):
     recorded: ClassVar[tuple[str, ...]] = ()
     # bits per PQ sub-quantizer when none is given (a token-level IVF-PQ beside a codec that has no PQ: 8)
     default_pq_bits: ClassVar[int] = 8
+    approximates: ClassVar[bool] = False  # whether `approximate_similarities` is implemented
 
     @classmethod
     @abstractmethod
@@ -72,6 +73,11 @@ class TokenCodec(ABC):
     def similarities(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """Inner products [len(rows), n] of the stored tokens `rows` with the query vectors [n, dim]."""
         return self.decode(rows) @ queries.T
+
+    def approximate_similarities(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """A cheaper approximation of `similarities`, query-major [n, len(rows)] (residual codes: q . the token's
+        centroid), where the codec `approximates` (otherwise a searcher scores every candidate on `similarities`)."""
+        raise NotImplementedError(f"the {self.name} codec has no approximate similarities")
 
     def trained_ivf(self) -> faiss.Index | None:
         """A trained, empty IVF index over the same coarse centroids, when the codec has one (a token-level IVF-PQ
@@ -139,6 +145,7 @@ class ResidualPQStore(TokenCodec):
     trains = True
     recorded = ("nlist", "pq_m", "pq_bits")
     default_pq_bits = RESIDUAL_PQ_BITS
+    approximates = True
     stored = "codes.npy"
 
     def __init__(self, ivfpq: faiss.Index, codes: np.ndarray | None = None):
@@ -227,6 +234,22 @@ class ResidualPQStore(TokenCodec):
         decoded = self.ivfpq.sa_decode(np.ascontiguousarray(self.codes[rows]))
         return (decoded @ queries.T) / self._norms(decoded)[:, None]
 
+    def approximate_similarities(self, rows, queries):
+        # PLAID's centroid interaction: q . centroid of each token, from the 1-2 centroid id bytes of its code (no
+        # decoding). The table is computed for the centroids the rows use only (large nlist: most are not)
+        ids = self.centroid_ids(rows)
+        table = self.centroid_table()
+        used = np.zeros(len(table), dtype=bool)
+        used[ids] = True
+        rank = (np.cumsum(used) - 1).astype(np.int32)
+        return np.take(np.asarray(queries, dtype=np.float32) @ table[used].T, rank[ids], axis=1)
+
+    def centroid_table(self) -> np.ndarray:
+        """The coarse centroids as float32 [nlist, dim], reconstructed once per opened index."""
+        if getattr(self, "_centroid_table", None) is None:
+            self._centroid_table = np.ascontiguousarray(self.centroids(), dtype=np.float32)
+        return self._centroid_table
+
     @staticmethod
     def _norms(decoded: np.ndarray) -> np.ndarray:
         return np.maximum(np.sqrt(np.einsum("td,td->t", decoded, decoded)), 1e-6)
@@ -238,6 +261,9 @@ class ResidualPQStore(TokenCodec):
     @staticmethod
     def centroid_ids_of(codes: np.ndarray, centroid_bytes: int) -> np.ndarray:
         """The coarse centroid of each code: its little-endian first bytes (Faiss `encode_listno`)."""
+        if centroid_bytes in (1, 2, 4, 8) and len(codes):  # one view of the first bytes (3x faster than shifts)
+            head = np.ascontiguousarray(codes[:, :centroid_bytes]).view(f"<u{centroid_bytes}")[:, 0]
+            return head.astype(np.int64)
         head = np.asarray(codes[:, :centroid_bytes], dtype=np.int64)
         return (head << (8 * np.arange(centroid_bytes))).sum(axis=1)
 

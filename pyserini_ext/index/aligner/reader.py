@@ -7,7 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pyserini_ext.index.aligner.candidates import CANDIDATES, CandidateGenerator, documents_of
+from pyserini_ext.index.aligner.candidates import (
+    CANDIDATES,
+    CandidateGenerator,
+    concatenated_ranges,
+    documents_of,
+)
 from pyserini_ext.index.aligner.codecs import CODECS, TokenCodec
 from pyserini_ext.index.aligner.files import (
     INDEX_FORMAT,
@@ -84,10 +89,11 @@ class AlignerIndex:
     def tokens(self) -> int:
         return int(self.metadata["counts"]["tokens"])
 
-    def document_similarities(self, doc_indices: np.ndarray, query_vectors: np.ndarray
+    def document_similarities(self, doc_indices: np.ndarray, query_vectors: np.ndarray, approximate: bool = False
                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Padded (similarities [C, L, n] float32 of each document token with the n query vectors, weights [C, L],
-        mask [C, L]): what scoring needs, without materialising padded document vectors."""
+        mask [C, L]): what scoring needs, without materialising padded document vectors. approximate: the codec's
+        cheaper approximation (`TokenCodec.approximate_similarities`; the caller checks `approximates`)."""
         if query_vectors.ndim != 2 or query_vectors.shape[1] != self.metadata["dim"]:
             raise ValueError(f"query vectors of shape {tuple(query_vectors.shape)}; {self.folder} holds "
                              f"{self.metadata['dim']}-dim token vectors")
@@ -95,9 +101,24 @@ class AlignerIndex:
         similarities = np.zeros(rows.shape + (len(query_vectors),), dtype=np.float32)
         queries = np.ascontiguousarray(query_vectors, np.float32)
         decoded = self.candidates.decoded
-        similarities[mask] = (decoded[rows[mask]] @ queries.T if decoded is not None
-                              else self.codec.similarities(rows[mask], queries))
+        if approximate:
+            similarities[mask] = self.codec.approximate_similarities(rows[mask], queries).T
+        elif decoded is not None:
+            similarities[mask] = decoded[rows[mask]] @ queries.T
+        else:
+            similarities[mask] = self.codec.similarities(rows[mask], queries)
         return similarities, weights, mask
+
+    @property
+    def approximates(self) -> bool:
+        """Whether the codec has a cheaper approximation of token similarities (a shortlist stage can use it)."""
+        return self.candidates.decoded is None and self.codec.approximates
+
+    def token_rows(self, doc_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The token rows of the documents, concatenated in their order, and each document's token count."""
+        starts = self.offsets[doc_indices]
+        lengths = self.offsets[doc_indices + 1] - starts
+        return concatenated_ranges(starts, lengths), lengths
 
     def _padded_rows(self, doc_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         starts = self.offsets[doc_indices]
