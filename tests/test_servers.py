@@ -190,6 +190,30 @@ def test_rest_search_by_name_equals_the_cli_top_10(served, cli_runs):
                      cli_runs["scifact-mini.aggretriever"]["q1"])
 
 
+def test_rest_searches_run_on_the_controllers_search_thread(served, cli_runs, monkeypatch):
+    """8 requests at once are answered concurrently, but the searcher runs on the controller's one search thread
+    (server_controller.SearchThreads): not on FastAPI's pool threads, each of which grew its own malloc arena."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    name = "scifact-mini.aggretriever"
+    rest_search(served, name, TOPICS["q1"])  # opened
+    searcher = served["controller"].indexes[name].searcher
+    threads, original = [], searcher.search
+
+    def search(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(searcher, "search", search)
+    qids = [*TOPICS] * 2
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda qid: rest_search(served, name, TOPICS[qid], hits=10, qid=qid), qids))
+    for qid, response in zip(qids, responses):
+        assert response.status_code == 200, response.text
+        assert_same_hits([(c["docid"], c["score"]) for c in response.json()["candidates"]], cli_runs[name][qid])
+    assert len(threads) == len(qids) and set(threads) == {"pyserini-ext-search_0"}
+
+
 def test_rest_documents_and_passages_of_our_indexes(served, cli_runs):
     docs = served["docs"]
     first = sorted(docs)[0]

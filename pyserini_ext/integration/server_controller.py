@@ -9,7 +9,9 @@
   (a path, e.g. through MCP) is opened by what it holds: Lucene (tf), Faiss (needs `encoder`), AligneR (its
   recorded model unless `encoder`). Pyserini's own Faiss indexes get our encoder when `encoder` names ours.
 - `search`: checked input (non-empty query, 1 <= hits <= MAX_HITS, known index) and the searcher's failure as
-  `SearchFailed`; passages are read from the index's texts index (the catalogue's `texts`), opened once.
+  `SearchFailed`; passages are read from the index's texts index (the catalogue's `texts`), opened once. The
+  search itself (query encoding, the searcher, the passages) runs on the controller's own search threads
+  (`SearchThreads`: $PYSERINI_EXT_SEARCH_THREADS, default 1), whatever thread the request came on.
 - `get_document`: reads the texts index without replacing the index's own searcher (Pyserini's replaced a dense
   index's searcher by its BM25 texts index, so the next search was BM25).
 - `get_indexes`, `get_status`, `get_settings`, `update_settings`: unknown names and types are `RequestError`s.
@@ -23,8 +25,9 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyserini_ext.index import prebuilt
 from pyserini_ext.integration import patch
@@ -33,8 +36,15 @@ from pyserini_ext.integration.server_models import ALIGNER_TYPE, refresh_aligner
 from pyserini_ext.models.folder import model_family, resolve_model
 from pyserini_ext.search.aligner import open_searcher
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 MAX_HITS = 1000  # Pyserini's own CLI default; more is refused rather than risking a huge allocation
 _LOCK = threading.RLock()  # one index is opened once, also when its first requests arrive together
+SEARCH_THREADS_ENV = "PYSERINI_EXT_SEARCH_THREADS"
+COMPILE_ENV = "PYSERINI_EXT_COMPILE"  # models/aggretriever/kernel.py: torch.compile of the vocabulary kernel
+MMAP_THRESHOLD = 1 << 20  # bytes: glibc malloc serves blocks this large or larger by mmap (see fixed_mmap_threshold)
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
 class RequestError(ValueError):
@@ -54,6 +64,77 @@ class SearchFailed(RuntimeError):
 def one_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return " ".join(lines) if lines else type(error).__name__
+
+
+def fixed_mmap_threshold() -> bool:
+    """glibc's malloc gives blocks of MMAP_THRESHOLD bytes or more their own mmap, returned to the system when
+    freed, instead of its default threshold, which rises to the size of each large block freed (up to 32 MB): the
+    query encoder's [positions, vocabulary] logits (2-10 MB a query) then stayed in the heap, fragmented, and the
+    search thread's arena grew with the longest queries seen (bench_server, one search thread: +64 MB over 1,000
+    requests, +42 MB with this). Not done where $MALLOC_MMAP_THRESHOLD_ sets it already, or without glibc;
+    returns whether it was set."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    except (OSError, AttributeError):
+        return False
+
+
+class SearchThreads:
+    """The threads that run searches: $PYSERINI_EXT_SEARCH_THREADS of them (default 1), started at the first search.
+
+    FastAPI runs each request on one of its 40 pool threads; searching there let every pool thread run the query
+    encoder, Faiss and Lucene: each thread grew its own glibc malloc arena and MKL buffers to the high-water mark
+    of the queries it happened to see, and the server's RSS grew with the number of threads (bench_server,
+    1,000 requests 8 at a time: +364 MB on 8 request threads, +64 MB when one thread ran every search; see
+    docs/serving.md, "Load test"). On a few cores, searches that run together only share the cores: one at a time,
+    each with torch's intra-op threads, answers as many per second. Requests still arrive, wait and are answered
+    concurrently; they queue here for a search thread. A search already on a search thread runs in place.
+
+    Starting them also fixes glibc's mmap threshold (`fixed_mmap_threshold`) and turns off (unless
+    $PYSERINI_EXT_COMPILE is set) the torch.compile of the Aggretriever's vocabulary kernel, which pays for
+    documents, not queries: a query reaches a full 64-position block only past 64 tokens (one SciFact query in
+    1,109), and compiling then ran inside that request, importing inductor and growing the server by ~50-70 MB in
+    the middle of a run (one search thread, 1,000 requests: +110 and +134 MB with it, +64 MB without). The values
+    are the same either way.
+    """
+
+    def __init__(self):
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @staticmethod
+    def count() -> int:
+        value = os.environ.get(SEARCH_THREADS_ENV, "").strip() or "1"
+        try:
+            threads = int(value)
+        except ValueError:
+            threads = 0
+        if threads < 1:
+            raise ValueError(f"${SEARCH_THREADS_ENV} must be an integer >= 1, got {value!r}")
+        return threads
+
+    def _mark(self) -> None:
+        self._local.inside = True
+
+    def run(self, call: Callable[[], Any]) -> Any:
+        """`call()` on a search thread; its result or its exception."""
+        if getattr(self._local, "inside", False):
+            return call()
+        with self._lock:
+            if self._pool is None:
+                os.environ.setdefault(COMPILE_ENV, "0")
+                fixed_mmap_threshold()
+                self._pool = ThreadPoolExecutor(self.count(), thread_name_prefix="pyserini-ext-search",
+                                                initializer=self._mark)
+        return self._pool.submit(call).result()
+
+
+SEARCHES = SearchThreads()
 
 
 def our_query_encoder(model: str | os.PathLike):
@@ -209,35 +290,42 @@ def _make_search(controller_module):
             if not isinstance(text, str) or not text.strip():
                 raise RequestError("empty query: give the query text (query, or query_txt for MCP)")
             settings = {"ef_search": ef_search, "query_generator": query_generator}
-            config = _open(self, controller_module, index_name, encoder, **settings)
-            try:
-                if config.index_type == "tf" and isinstance(config.searcher, controller_module.LuceneSearcher):
-                    generator = self._resolve_query_generator(query_generator or config.query_generator,
-                                                              config.searcher)
-                    hits = config.searcher.search(text, k, query_generator=generator)
-                else:
-                    hits = config.searcher.search(text, k)
-                texts = _text_searcher(self, controller_module, config)
-                candidates = []
-                for hit in hits:
-                    if config.index_type == "tf" and getattr(hit, "lucene_document", None) is not None:
-                        document = _passage(hit.lucene_document.get("raw"))
-                    else:
-                        stored = texts.doc(hit.docid) if texts is not None else None
-                        document = _passage(stored.raw() if stored is not None else None)
-                    candidates.append({"docid": hit.docid, "score": float(hit.score),
-                                       "document_txt": document.get("contents") or document.get("text")
-                                       or document.get("segment") or "",
-                                       "document_img_path": None, "encoded_img": None})
-            except (RequestError, SearchFailed):
-                raise
-            except Exception as e:
-                raise SearchFailed(f"search in {index_name} failed: {type(e).__name__}: {one_line(e)}") from e
-            return {"query": {"qid": qid, "query_txt": text}, "candidates": candidates}
+            config = _open(self, controller_module, index_name, encoder, **settings)  # on the request's thread
+            return SEARCHES.run(lambda: _search_opened(self, controller_module, config, text, k, qid,
+                                                       query_generator, index_name))
 
         return search
 
     return make
+
+
+def _search_opened(self, controller_module, config, text: str, k: int, qid: str, query_generator: str | None,
+                   index_name: str) -> dict[str, Any]:
+    """The hits of an opened index with their passages (run on a search thread)."""
+    try:
+        if config.index_type == "tf" and isinstance(config.searcher, controller_module.LuceneSearcher):
+            generator = self._resolve_query_generator(query_generator or config.query_generator,
+                                                      config.searcher)
+            hits = config.searcher.search(text, k, query_generator=generator)
+        else:
+            hits = config.searcher.search(text, k)
+        texts = _text_searcher(self, controller_module, config)
+        candidates = []
+        for hit in hits:
+            if config.index_type == "tf" and getattr(hit, "lucene_document", None) is not None:
+                document = _passage(hit.lucene_document.get("raw"))
+            else:
+                stored = texts.doc(hit.docid) if texts is not None else None
+                document = _passage(stored.raw() if stored is not None else None)
+            candidates.append({"docid": hit.docid, "score": float(hit.score),
+                               "document_txt": document.get("contents") or document.get("text")
+                               or document.get("segment") or "",
+                               "document_img_path": None, "encoded_img": None})
+    except (RequestError, SearchFailed):
+        raise
+    except Exception as e:
+        raise SearchFailed(f"search in {index_name} failed: {type(e).__name__}: {one_line(e)}") from e
+    return {"query": {"qid": qid, "query_txt": text}, "candidates": candidates}
 
 
 def _make_get_document(controller_module):
