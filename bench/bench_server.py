@@ -9,10 +9,14 @@ hits with their passages: every answer must be 200. The Python API side runs the
 process: FaissSearcher with our query encoder, then the 10 passages from the Lucene texts index (the server's work
 without HTTP). Both sides get --threads torch / OpenMP threads and the same queries after a warm-up of
 2 x --concurrency queries. The server's RSS is sampled through the run and reported at each quarter of the
-requests answered, and this process's RSS likewise on the API side (the same searcher, JVM and encoder without
-the server).
+requests answered (`rss_growth_after_first_quarter_pct`: from 25 % of the requests to the end, the target being
+under 5 %), and this process's RSS likewise on the API side (the same searcher, JVM and encoder without the
+server; this process built the index first, so its heap starts with free memory that the searches reuse).
+The server runs its searches on $PYSERINI_EXT_SEARCH_THREADS threads (default 1; server_controller.py); neither
+side compiles the Aggretriever's vocabulary kernel (the server turns it off; $PYSERINI_EXT_COMPILE=0 here).
 
     python -m bench.bench_server --requests 500 --concurrency 8
+    PYSERINI_EXT_SEARCH_THREADS=2 python -m bench.bench_server --requests 1000 --passages 300
 """
 from __future__ import annotations
 
@@ -137,11 +141,13 @@ def serve(catalogue: Path, cache: Path, queries: list[str], requests_n: int, con
         statuses = {}
         for status, _, _ in answers:
             statuses[status] = statuses.get(status, 0) + 1
-        return {"requests": requests_n, "concurrency": concurrency, "statuses": statuses,
+        return {"requests": requests_n, "concurrency": concurrency,
+                "search_threads": int(os.environ.get("PYSERINI_EXT_SEARCH_THREADS") or 1), "statuses": statuses,
                 "all_200": statuses == {200: requests_n}, "hits_per_answer": min(h for _, _, h in answers),
                 **percentiles([s for _, s, _ in answers]), "throughput_qps": round(requests_n / wall, 2),
                 "wall_s": round(wall, 1), "server_start_s": round(start_seconds, 1),
-                "rss_mb_by_quarter": [round(r, 1) for r in by_quarter], "rss_mb_max": round(max(r for _, r in rss), 1)}
+                "rss_mb_by_quarter": [round(r, 1) for r in by_quarter], "rss_mb_max": round(max(r for _, r in rss), 1),
+                "rss_growth_after_first_quarter_pct": round(100 * (by_quarter[4] / by_quarter[1] - 1), 1)}
     finally:
         server.terminate()
         server.wait(60)
@@ -152,6 +158,7 @@ def python_api(catalogue: Path, cache: Path, queries: list[str], requests_n: int
                warm_up: int) -> dict:
     """The same searches through the Python API in this process: the server's work without HTTP."""
     os.environ["PYSERINI_EXT_CATALOGUE"], os.environ["PYSERINI_CACHE"] = str(catalogue), str(cache)
+    os.environ.setdefault("PYSERINI_EXT_COMPILE", "0")  # as the server (server_controller.SearchThreads)
     import pyserini.util  # noqa: F401  (registers the catalogue: the start-up hook reads it at this import)
     import torch
     from pyserini.search.faiss import FaissSearcher
@@ -181,7 +188,8 @@ def python_api(catalogue: Path, cache: Path, queries: list[str], requests_n: int
             rss.append(rss_mb(os.getpid()))
     wall = time.perf_counter() - begin
     return {"requests": requests_n, **percentiles(latencies), "throughput_qps": round(requests_n / wall, 2),
-            "wall_s": round(wall, 1), "rss_mb_by_quarter": [round(r, 1) for r in rss]}
+            "wall_s": round(wall, 1), "rss_mb_by_quarter": [round(r, 1) for r in rss],
+            "rss_growth_after_first_quarter_pct": round(100 * (rss[4] / rss[1] - 1), 1)}
 
 
 def main() -> None:
@@ -205,7 +213,9 @@ def main() -> None:
     result = {"passages": args.passages, "threads": args.threads, "server": server, "python_api": api,
               "p50_ratio_server_over_api": round(server["p50_ms"] / api["p50_ms"], 2),
               "throughput_ratio_server_over_api": round(server["throughput_qps"] / api["throughput_qps"], 2),
-              "rss_growth_mb": round(server["rss_mb_by_quarter"][-1] - server["rss_mb_by_quarter"][0], 1)}
+              "rss_growth_mb": round(server["rss_mb_by_quarter"][-1] - server["rss_mb_by_quarter"][0], 1),
+              "rss_growth_after_first_quarter_pct": server["rss_growth_after_first_quarter_pct"],
+              "load_average": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]}
     print(json.dumps(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
