@@ -135,6 +135,8 @@ def test_one_default_path_from_a_few_thousand_documents_up():
     assert AlignerIndexSettings(candidates="centroid").resolved(100).codec == "residual-pq"
     assert default_nlist(900_000) == 1024  # the figures' corpora keep their lists
     assert default_nlist(12_000_000) == 32768 and default_nlist(264_000_000) == 131072  # PLAID's rule above 2^20
+    # ... but a float16 centroid table of at most 2 bytes per token
+    assert default_nlist(1_242_251) == 8192 and default_nlist(1_242_251, 32) == 16384
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ class AlignerIndexBuilder(IndexBuilder):
         if settings.trains:
             vectors = np.concatenate(kept)
             estimate = int(len(vectors) * total / max(1, len(sample)))
-            settings = replace(settings, nlist=settings.nlist or default_nlist(estimate))
+            settings = replace(settings, nlist=settings.nlist or default_nlist(estimate, vectors.shape[1]))
             options = settings.build_options(info["dim"])
             codec = settings.codec_class.fit(vectors, options)
             codec.save(prepared)
