@@ -82,10 +82,10 @@ class AggretrieverIndexOptions(IndexingOptions):
     index_type: str = option("flat", choices=INDEX_TYPES,
                              help="flat: exact, what `pyserini.encode --to-faiss` writes (4 KB per passage); ivfsq: "
                                   "IVF with --sq-bits per dimension (4: 1/8 of flat), trained on the first "
-                                  "--train-docs passages (docs/scale.md: the MS MARCO-size choice); ivfpq: IVF with "
-                                  "product-quantised codes (--pq-m bytes per passage); ivfpq-refine: IVF-PQ "
-                                  "candidates re-scored from the full vectors, which search memory-maps (RAM: the "
-                                  "PQ codes; disk: + 2 KB per passage); hnsw: a graph over the exact vectors (held "
+                                  "--train-docs passages; ivfpq: IVF with product-quantised codes (--pq-m bytes per "
+                                  "passage); ivfpq-refine: IVF-PQ candidates re-scored from the full vectors, which "
+                                  "search memory-maps (RAM: the PQ codes; disk: + 2 KB per passage; docs/scale.md: "
+                                  "the MS MARCO-size choice); hnsw: a graph over the exact vectors (held "
                                   "in RAM to build)")
     nlist: int = option(0, help="IVF inverted lists (0: the power of two nearest 4*sqrt(passages), ivfsq and "
                                 "ivfpq-refine sqrt(passages))", min=0)
