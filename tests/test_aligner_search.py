@@ -19,6 +19,7 @@ from pyserini_ext.index.aligner import (
     pool_tokens,
     prune_tokens,
 )
+from pyserini_ext.index.aligner.candidates import EXACT_DOCUMENTS
 from pyserini_ext.index.lucene import build_lucene_index
 from pyserini_ext.models.aligner import DOCUMENT, AlignerConfig, AlignerModel
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q, MAXSIM, Alignment, aligned_scores, alignment_scores
@@ -173,7 +174,7 @@ def test_shortlist_keeps_the_best_documents_by_centroid_interaction(model, sampl
     searcher = AlignerSearcher(compressed_index, aligner, nprobe=16, exact_documents=5)
     everything = AlignerSearcher(compressed_index, aligner, nprobe=16, exact_documents=0)
     default = AlignerSearcher(compressed_index, aligner)
-    assert default.exact_documents == (256 if searcher.index.candidates.neighbours_are_documents else 0)
+    assert default.exact_documents == (EXACT_DOCUMENTS if searcher.index.candidates.neighbours_are_documents else 0)
     vectors, weights = searcher.encode_queries([query])[0]
     docs = searcher.candidates(vectors, weights)
     assert len(docs) > 12

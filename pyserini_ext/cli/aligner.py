@@ -87,7 +87,7 @@ class AlignerSearchOptions(SearchOptions):
     nprobe: int | None = option(None, help="IVF lists (ivfpq) or centroids per query token (centroid) probed",
                                 min=1)
     exact_documents: int | None = option(None, help="of the centroid stage's documents, those scored on decoded "
-                                         "codes, the best by centroid interaction (256; 0: all)", min=0)
+                                         "codes, the best by centroid interaction (128; 0: all)", min=0)
     device: str = option("cpu", help="torch device")
 
     def searcher_settings(self) -> dict:

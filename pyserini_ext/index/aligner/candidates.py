@@ -37,8 +37,9 @@ FLAT_SCORES_PER_BLOCK = 1 << 24
 SEGMENT_DOCS = 1 << 16  # documents per segment of the centroid lists: their numbers fit in 2 bytes
 CANDIDATES_FILE = "candidates.faiss"
 # documents of the centroid stage's candidates scored on decoded codes, the best by centroid interaction over all
-# their tokens (chosen on development queries, docs/aligner.md)
-EXACT_DOCUMENTS = 256
+# their tokens (chosen on development queries, docs/aligner.md: SciFact train's nDCG@10 the same from 1,024 down to
+# 32; at 128 a SciFact query takes 84 ms p50 on 2 threads against 113 at 256)
+EXACT_DOCUMENTS = 128
 
 
 def documents_of(offsets: np.ndarray, token_rows: np.ndarray) -> np.ndarray:
@@ -234,14 +235,16 @@ def segments_of(documents_per_part: list[int]) -> list[list[int]]:
 
 class CentroidCandidates(CandidateGenerator):
     """PLAID-style: the documents in the inverted lists of each query token's `nprobe` nearest centroids, ranked by
-    their centroid approximation; the best `neighbours` (at least the hits asked for) go on to exact scoring. The
+    their centroid approximation; the best `neighbours` (at least the hits asked for) go on to the searcher's
+    shortlist (every token's centroid; the best `default_exact_documents` of them are decoded and scored). The
     lists are stored per segment of at most 65,536 documents (centroid_offsets [segments, nlist + 1], 2-byte
     document numbers): opening the index builds no per-token array.
 
     The approximation is read off the probed lists alone, as PLAID prunes centroids: a document's score is
     sum_i w_i max(0, max over the probed centroids it has a token in of q_i . centroid). Its tokens under other
     centroids count 0; reading every candidate token's centroid from the codes instead cost 15x more (105 against
-    7 CPU ms a query on SciFact's 5,183 documents) for the same nDCG@10 on SciFact train (bench_aligner_search)."""
+    7 CPU ms a query on SciFact's 5,183 documents) for the same nDCG@10 on SciFact train (bench_aligner_search);
+    the shortlist reads them for the 1,024 candidates only."""
     name = "centroid"
     requires_codec = ResidualPQStore.name
     # documents to exact scoring when fewer hits are asked for, chosen on development queries (docs/aligner.md;
