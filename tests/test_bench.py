@@ -116,3 +116,17 @@ def test_quick_bench_runs_every_benchmark_and_prints_its_ratios(quick):
                    "bench_aggretriever_train_step", "bench_scale_ray", "bench_deepct_index", "bench_server",
                    "bench_startup"):
         assert f"$ python -m bench.{module} " in page and f"$ python -m bench.{module} " in printed
+
+
+def test_a_steps_peak_rss_is_its_own_not_the_drivers():
+    """wait4 on a fork + exec of a large driver reads the driver's high-water mark; measure's launcher does not."""
+    from bench.common import measure, python
+
+    driver = bytearray(600 * 2**20)
+    driver[::4096] = b"\1" * len(driver[::4096])  # touched: resident
+    step = "import json; x = bytearray(100 * 2**20); x[::4096] = b'1' * len(x[::4096]); print(json.dumps({'n': 1}))"
+    found = measure([python(), "-c", step])
+    assert found["n"] == 1 and 100 < found["peak_rss_mb"] < 400, found
+    with pytest.raises(RuntimeError, match="failed with exit code 3$"):
+        measure([python(), "-c", "raise SystemExit(3)"])
+    del driver
