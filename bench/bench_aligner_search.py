@@ -75,6 +75,17 @@ def compressed_setting(text: str) -> dict:
     return setting
 
 
+def long_queries(corpus: dict, words: int, count: int) -> tuple[dict, dict]:
+    """`count` queries of the first `words` words of documents at least that long (seed 57), each with its own
+    document as the one relevant."""
+    long = sorted(d for d, doc in corpus.items() if len(doc.get("text", "").split()) >= words)
+    if not long:
+        raise SystemExit(f"--query-words {words}: no document of the corpus has that many words")
+    chosen = np.random.default_rng(57).choice(long, size=min(count, len(long)), replace=False)
+    queries = {f"long-{d}": " ".join(corpus[d]["text"].split()[:words]) for d in chosen}
+    return queries, {f"long-{d}": {d: 1} for d in chosen}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=1000)
@@ -93,12 +104,17 @@ def main() -> None:
                         help="of those, the ones scored on decoded codes, the best by centroid interaction (default: "
                              "the index's; 0: all)")
     parser.add_argument("--encoded", help="cache of the corpus encoding (EncodedCorpus .npz), reused if present")
+    parser.add_argument("--query-words", type=int,
+                        help="long queries instead of the split's: the first N words of as many documents (at least "
+                             "N words long, seeded), each relevant to its own query; for latency at that length")
     parser.add_argument("--json", help="also write the figures to this file (for `make bench`)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
     model_dir = _model("aligner", args.aligner, "aligner_config.json")
     corpus, queries, qrels = subset(load_dataset(args.dataset), args.docs, args.split, args.queries)
+    if args.query_words:
+        queries, qrels = long_queries(corpus, args.query_words, len(queries))
     model = AlignerModel.from_pretrained(model_dir)
     if args.encoded and Path(args.encoded).is_file():
         encoded = EncodedCorpus.load(args.encoded)
