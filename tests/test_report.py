@@ -178,6 +178,8 @@ def test_subset_and_model_fingerprint(tmp_path):
     before = model_tag(model)
     os.utime(model / "weights.bin", (1, 1))  # a checkout rewrites files: same contents, another mtime
     assert model_tag(model) == before
+    (model / "README.md").write_text("# a model card, edited")  # no encoder reads it: the caches stay valid
+    assert model_tag(model) == before
     (model / "weights.bin").write_bytes(b"2")  # same size, other contents
     assert before.startswith("deepct-x-") and model_tag(model) != before
 

@@ -47,10 +47,12 @@ def folder_bytes(path: Path) -> int:
 def model_tag(folder: Path) -> str:
     """`<folder name>-<8 hex>`: the hash covers file names and contents, so a retrained model changes it and a
     checkout or copy of the same files does not. The encoders' own caches inside the folder (the exported ONNX
-    graphs in `onnx/`) are left out."""
+    graphs in `onnx/`) and the model card (README.md, which no encoder reads: an edit of its text must not send
+    `make report` back to re-encoding every corpus) are left out."""
     digest = hashlib.sha256()
     root = folder.resolve()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "onnx"):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "onnx"
+                       and p.relative_to(root) != Path("README.md")):
         digest.update(f"{path.relative_to(root)}\0".encode())
         with path.open("rb") as file:
             for block in iter(lambda: file.read(1 << 20), b""):
