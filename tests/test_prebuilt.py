@@ -67,6 +67,24 @@ def test_packing_is_reproducible(lucene_index, tmp_path):
         f"idx/{p.relative_to(lucene_index)}" for p in Path(lucene_index).rglob("*") if p.is_file())
 
 
+def test_packed_metadata_names_no_folder_of_the_packing_machine(lucene_index, tmp_path):
+    """An index whose metadata names the model by an absolute path (as an index built from an absolute --model
+    records it) is packed, in the archive and in the catalogue record, with a portable path."""
+    from pyserini_ext.registry import resources_dir
+
+    index = tmp_path / "index"
+    shutil.copytree(lucene_index, index)
+    shipped = resources_dir().resolve() / "models" / "aligner-minilm"
+    for model, portable in ((shipped, "resources/models/aligner-minilm"), (tmp_path / "my-model", "my-model")):
+        (index / "metadata.json").write_text(json.dumps({"format": "x", "model": {"path": str(model), "dim": 128}}))
+        record = pack_index(index, "idx", tmp_path / "dist", kind="lucene")
+        assert record["metadata"] == {"format": "x", "model": {"path": portable, "dim": 128}}
+        with tarfile.open(tmp_path / "dist" / "idx.tar.gz") as tar:
+            assert json.load(tar.extractfile("idx/metadata.json"))["model"]["path"] == portable
+            assert len([m for m in tar.getmembers() if m.name == "idx/metadata.json"]) == 1
+    assert json.loads((index / "metadata.json").read_text())["model"]["path"] == str(tmp_path / "my-model")
+
+
 def test_corrupt_download_is_refused_and_leaves_nothing(lucene_index, tmp_path, monkeypatch):
     monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
     catalogue = tmp_path / "catalogue.json"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.client
+import io
 import json
 import os
 import shutil
@@ -121,6 +122,24 @@ def _index_metadata(index_dir: Path) -> dict:
     return {}
 
 
+def _metadata_file(index_dir: Path) -> Path | None:
+    return next((index_dir / n for n in METADATA_FILES if (index_dir / n).is_file()), None)
+
+
+def portable_metadata(metadata: dict) -> dict:
+    """The metadata as a packed index carries it: no folder of the machine that built it. An absolute model path
+    becomes `resources/models/<name>` for a shipped model and the folder's name otherwise (the catalogue's `model`
+    record, name and weights' md5, is what search checks)."""
+    model = metadata.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("path"), str) or not Path(model["path"]).is_absolute():
+        return metadata
+    path = Path(model["path"])
+    resources = registry.resources_dir().resolve()
+    portable = (f"{resources.name}/{path.resolve().relative_to(resources).as_posix()}"
+                if path.resolve().is_relative_to(resources) else path.name)
+    return {**metadata, "model": {**model, "path": portable}}
+
+
 def detect_kind(index_dir: Path) -> str:
     if (index_dir / "index").is_file() and (index_dir / "docid").is_file():
         return "faiss"
@@ -162,17 +181,30 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
     if kind not in PYSERINI_INFO:
         raise PrebuiltIndexError(f"unknown index kind {kind!r}; known: {', '.join(PYSERINI_INFO)}")
     tarball = Path(out_dir) / f"{name}.tar.gz"
+    metadata_file, metadata = _metadata_file(index_dir), portable_metadata(_index_metadata(index_dir))
+    rewritten = metadata_file is not None and metadata != _index_metadata(index_dir)
+
+    def member(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if rewritten and info.name == f"{name}/{metadata_file.name}":
+            return None  # added below, portable
+        return _normalised(info)
+
     # no timestamps or owners in the archive: its md5 depends on the index files alone (a rebuilt index still
     # differs: Lucene writes random segment ids, and encodings vary in their last float bits between runs)
     with atomic_output(tarball, overwrite=True) as partial, open(partial, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
             tarfile.open(fileobj=zipped, mode="w") as tar:
-        tar.add(index_dir, arcname=name, filter=_normalised)
+        tar.add(index_dir, arcname=name, filter=member)
+        if rewritten:
+            data = (json.dumps(metadata, indent=1) + "\n").encode()
+            info = _normalised(tarfile.TarInfo(f"{name}/{metadata_file.name}"))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     record = {"description": description, "filename": tarball.name, "kind": kind,
               "urls": urls if urls is not None else [tarball.resolve().as_uri()], "md5": md5sum(tarball),
               "size_bytes": tarball.stat().st_size,
               "files": sum(1 for p in index_dir.rglob("*") if p.is_file()),
-              "metadata": _index_metadata(index_dir)}
+              "metadata": metadata}
     if kind in ("lucene", "impact", "deepct"):
         record["stats"] = _lucene_stats(index_dir)
     if model is not None:
