@@ -89,6 +89,8 @@ def test_the_conditions_give_the_commands_make_report_ran(tmp_path):
     r.run(["scifact"], list(CONDITIONS.methods))
     commands = r.runner.commands["scifact"]
     aggretriever, deepct, aligner = (model_tag(r.model(m)) for m in ("aggretriever", "deepct", "aligner"))
+    path = r.aligner_path()  # the command's default AligneR path, in the names
+    assert path == ".auto2048-p32-s1024"
     w = "$WORK/scifact"
     for expected in [
         f"python -m pyserini.index.lucene --collection JsonCollection --input {w}/collection --index {w}/index.bm25 "
@@ -103,15 +105,15 @@ def test_the_conditions_give_the_commands_make_report_ran(tmp_path):
         f"python -m pyserini_ext.cli lucene search --index {w}/index.deepct.{deepct} --topics {w}/topics.test.tsv "
         f"--qljm --lambda 0.9 --hits 1000 --threads 2 --output {w}/run.deepct.{deepct}.qljm_0.9.test.txt",
         f"python -m pyserini_ext.cli aligner index --model resources/models/aligner-minilm --dataset scifact "
-        f"--encoded {w}/aligner.{aligner}.encoded.npz --beta-d 0.4 --codec float16 --candidates flat --threads 2 "
-        f"--output {w}/index.aligner.{aligner}.beta0.4.pool",
+        f"--encoded {w}/aligner.{aligner}.encoded.npz --beta-d 0.4 --threads 2 "
+        f"--output {w}/index.aligner.{aligner}{path}.beta0.4.pool",
         f"python -m pyserini_ext.cli fusion normalize --runs {w}/run.deepct-query.{deepct}.bm25.k1_0.9.b_0.4.test.txt "
-        f"{w}/run.aligner.{aligner}.beta1.q1.test.txt --weights 0.3 0.7 --output "
-        f"{w}/run.minmax-w0.3.deepct-query.{deepct}.bm25.k1_0.9.b_0.4.aligner.{aligner}.beta1.q1.test.txt",
+        f"{w}/run.aligner.{aligner}{path}.beta1.q1.test.txt --weights 0.3 0.7 --output "
+        f"{w}/run.minmax-w0.3.deepct-query.{deepct}.bm25.k1_0.9.b_0.4.aligner.{aligner}{path}.beta1.q1.test.txt",
         f"python -m pyserini.fusion --runs {w}/run.bm25.test.txt {w}/run.aggretriever.{aggretriever}.test.txt "
-        f"{w}/run.deepct.{deepct}.k1_50.b_0.7.test.txt {w}/run.aligner.{aligner}.beta1.q1.test.txt --method rrf "
-        f"--rrf.k 10 --output {w}/run.rrf-k10.ours.aggretriever.{aggretriever}.deepct.{deepct}.k1_50.b_0.7.aligner."
-        f"{aligner}.beta1.q1.test.txt",
+        f"{w}/run.deepct.{deepct}.k1_50.b_0.7.test.txt {w}/run.aligner.{aligner}{path}.beta1.q1.test.txt --method "
+        f"rrf --rrf.k 10 --output {w}/run.rrf-k10.ours.aggretriever.{aggretriever}.deepct.{deepct}.k1_50.b_0.7."
+        f"aligner.{aligner}{path}.beta1.q1.test.txt",
     ]:
         assert expected in commands, expected
     assert "runs/report" not in "".join(commands) and not list(tmp_path.iterdir())  # a dry run writes nothing

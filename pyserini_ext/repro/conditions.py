@@ -12,7 +12,8 @@ Template variables (besides the outputs of a method's earlier steps, by step key
   aligner_beta_q       settings (conditions.yaml, or the report's command line)
   <model>_model, <model>_tag
                        a shipped model folder (aggretriever, deepct, aligner) and its fingerprint tag
-  aggretriever_dim, aggretriever_document_encoder, minilm, minilm_dim, splade, aligner_rule
+  aggretriever_dim, aggretriever_document_encoder, minilm, minilm_dim, splade, aligner_rule,
+  aligner_path
   deepct_k1, deepct_b, deepct_lambda
                        DeepCT's settings chosen on the development queries
   runs, weights, label fusion steps: the fused runs, min-max weights, the fused runs' names

@@ -26,6 +26,8 @@ from pyserini_ext.data import (
 )
 from pyserini_ext.evaluation import evaluate as evaluate_run
 from pyserini_ext.index.aligner import DEFAULT_REDUCTION, DUPLICATE_COSINE
+from pyserini_ext.index.aligner.candidates import EXACT_DOCUMENTS
+from pyserini_ext.index.aligner.settings import COMPRESSED_MIN_DOCUMENTS, DEFAULT_NPROBE
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
 from pyserini_ext.models.backbones import backbone_path
 from pyserini_ext.models.folder import default_models
@@ -193,6 +195,7 @@ class Reproduction:
             rrf_k=self.settings["rrf_k"], norm_lexical_weight=number(self.settings["norm_lexical_weight"]),
             aligner_beta_d=number(self.settings["aligner_beta_d"]),
             aligner_rule=lambda: self.aligner_rule(float(self.settings["aligner_beta_d"])),
+            aligner_path=self.aligner_path(),
             aligner_beta_q=number(options.aligner_beta_q), splade=self.splade_link,
             minilm=lambda: self.minilm,
             minilm_dim=lambda: json.loads((self.minilm / "config.json").read_text())["hidden_size"],
@@ -226,6 +229,12 @@ class Reproduction:
         if beta_d >= 1:
             return ""
         return ".pool" if DEFAULT_REDUCTION == "pool" else f".dup{DUPLICATE_COSINE:g}"
+
+    @staticmethod
+    def aligner_path() -> str:
+        """The command's default path is in the index and run names (compressed from this many documents up, the
+        lists probed, the documents decoded): indexes and runs of an older default are never reused."""
+        return f".auto{COMPRESSED_MIN_DOCUMENTS}-p{DEFAULT_NPROBE}-s{EXACT_DOCUMENTS}"
 
     def corpus(self, name: str, dataset: str, splits: Sequence[str], subset: int | None = None) -> Corpus:
         """Export a dataset's corpus (once) and the topics/qrels of `splits` (always, cheap)."""
