@@ -8,9 +8,10 @@ For each dataset (`scifact` as `beir-v1.0.0-scifact`, `msmarco-dl19-subset` as i
   <prefix>.aggretriever       the same with `--encoder aggretriever` (the default, aggretriever-minilm-fullwidth)
   <prefix>.aligner-tiny       `pyserini-ext aligner index --model resources/models/aligner-splade-tiny` (exact
                               float16 token index, every token)
-  <prefix>.aligner            `pyserini-ext aligner index --model aligner` (the default, aligner-minilm) with 40%
-                              of each passage's token vectors (pooled), residual PQ32x6 codes and centroid
-                              candidate lists, ~31 bytes per token (docs/aligner.md)
+  <prefix>.aligner            `pyserini-ext aligner index --model aligner --beta-d 0.4` (the default model,
+                              aligner-minilm, and the command's default path: 40% of each passage's token vectors
+                              (pooled), residual PQ32x6 codes, centroid candidate lists with nlist from the token
+                              count, ~31 bytes per token; docs/aligner.md)
 plus `msmarco-dl19-subset.flat` (BM25, `python -m pyserini.index.lucene`), the passages behind that dataset's
 Faiss index (SciFact's are Pyserini's own `beir-v1.0.0-scifact.flat`).
 Tarballs go to `--output` (default dist/prebuilt); the catalogue (default resources/prebuilt_indexes.json)
@@ -42,11 +43,11 @@ PYSERINI_TEXTS = {"scifact": "beir-v1.0.0-scifact.flat"}  # Pyserini's own prebu
 # splade-tiny models, `aligner` the default AligneR
 RECORDS = {"deepct-tiny": ("deepct", "deepct"), "aggretriever-tiny": ("aggretriever", "aggretriever-splade-tiny"),
            "aggretriever": ("aggretriever", "aggretriever"), "aligner-tiny": ("aligner", "aligner-splade-tiny"),
-           "aligner": ("aligner-compressed", "aligner")}
+           "aligner": ("aligner-default", "aligner")}
 DESCRIPTIONS = {"aggretriever": "aggretriever index, default model (Faiss flat)",
-                "aligner": "aligner index, default model, 40% of tokens (pooled), residual PQ32x6 + centroid lists"}
-COMPRESSED_ALIGNER = ["--beta-d", "0.4", "--codec", "residual-pq", "--candidates", "centroid", "--pq-m", "32",
-                      "--pq-bits", "6"]
+                "aligner": "aligner index, default model and path, 40% of tokens (pooled), residual PQ32x6 + "
+                           "centroid lists"}
+DEFAULT_ALIGNER = ["--beta-d", "0.4"]  # everything else the command's default, as a user's own build gets it
 
 
 def build(runner: StepRunner, dataset: str, kind: str, model: str | None, collection: Path, out: Path,
@@ -66,7 +67,7 @@ def build(runner: StepRunner, dataset: str, kind: str, model: str | None, collec
         encoded = collection.parent / f"{model_tag(Path(resolve_model(model)))}.encoded.npz"
         command = [py, "-m", "pyserini_ext.cli", "aligner", "index", "--model", model, "--corpus", collection,
                    "--output", out, "--threads", str(threads), "--encoded", encoded,
-                   *(COMPRESSED_ALIGNER if kind == "aligner-compressed" else [])]
+                   *(DEFAULT_ALIGNER if kind == "aligner-default" else [])]
     else:  # flat: BM25 over the passages
         command = [py, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", collection,
                    "--index", out, "--generator", "DefaultLuceneDocumentGenerator", "--threads", str(threads),
