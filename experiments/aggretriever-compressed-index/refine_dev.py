@@ -7,7 +7,8 @@ than fp16 (scalar quantizers trained on the first 65,536 vectors, optionally aft
     PYTHONPATH=. python experiments/aggretriever-compressed-index/refine_dev.py --n 1000000 \
         --index runs/scale/aggretriever-index_typeivfpq-refine-1000000 --nprobe 128 256 512 --candidates 1000 2000 4000
     PYTHONPATH=. python experiments/aggretriever-compressed-index/refine_dev.py --n 1000000 --index ... \
-        --nprobe 256 --candidates 2000 4000 --refine-codecs SQfp16 SQ8 SQ6 SQ4 RR1024,SQ6 PCA768,SQ8 PCAR768,SQ8 PCA640,SQ8
+        --nprobe 256 --candidates 2000 4000 --refine-codecs SQfp16 SQ8 SQ6 SQ4 RR1024,SQ6 \
+        PCA768,SQ8 PCAR768,SQ8 PCA640,SQ8
 """
 from __future__ import annotations
 
