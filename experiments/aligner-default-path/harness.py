@@ -17,20 +17,31 @@ import torch
 from bench.common import model_folder, subset
 from pyserini_ext.data import load_dataset
 from pyserini_ext.encode.aligner import AlignerQueryEncoder
-from pyserini_ext.index.aligner import EncodedCorpus, build_index
+from pyserini_ext.index.aligner import AlignerIndex, EncodedCorpus, build_index
+from pyserini_ext.models.aligner import AlignerModel
 from pyserini_ext.models.alignment import DEFAULT_BETA_Q
+from pyserini_ext.models.folder import resolve_model
+from pyserini_ext.repro.runner import model_tag
+from pyserini_ext.search.aligner import AlignerSearcher
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / "runs" / "exp57"
-ENC = {"scifact": "runs/report/full/scifact/aligner.aligner-minilm-9b7fe374.encoded.npz",
-       "vaswani": "runs/report/full/vaswani/aligner.aligner-minilm-9b7fe374.encoded.npz",
-       "cranfield": "runs/report/full/cranfield/aligner.aligner-minilm-9b7fe374.encoded.npz"}
+# the report's encodings of the shipped model, named by its fingerprint (pyserini_ext.repro.runner.model_tag)
+ENC = {d: f"runs/report/full/{d}/aligner.{model_tag(Path(resolve_model('aligner', 'aligner')))}.encoded.npz"
+       for d in ("scifact", "vaswani", "cranfield")}
 
 
 def setup(threads=2):
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
     WORK.mkdir(parents=True, exist_ok=True)
+
+
+def searcher(dataset, name, **options):
+    """(the shipped model, the index `<dataset>.<name>`, a searcher over it with `options`)."""
+    model = AlignerModel.from_pretrained(model_folder("aligner", None, "aligner_config.json"))
+    idx = AlignerIndex.open(index(dataset, name))
+    return model, idx, AlignerSearcher(idx, model, **options)
 
 
 def queries(dataset, split, n=None):

@@ -12,19 +12,12 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from harness import index, load, queries, setup
-
-from bench.common import model_folder
-from pyserini_ext.index.aligner import AlignerIndex
-from pyserini_ext.models.aligner import AlignerModel
-from pyserini_ext.search.aligner import AlignerSearcher
+from harness import load, queries, searcher, setup
 
 
 def main() -> None:
     setup(2)
-    model = AlignerModel.from_pretrained(model_folder("aligner", None, "aligner_config.json"))
-    idx = AlignerIndex.open(index("scifact", "nlist8192"))
-    s = AlignerSearcher(idx, model, exact_documents=256)
+    model, idx, s = searcher("scifact", "nlist8192", exact_documents=256)
     qids, qenc, qrels = queries("scifact", "train")
     T = {}
 

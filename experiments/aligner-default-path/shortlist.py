@@ -15,20 +15,15 @@ import sys
 import time
 
 import numpy as np
-from harness import WORK, index, load, queries, setup, timed
+from harness import WORK, load, queries, searcher, setup, timed
 
-from bench.common import model_folder, ndcg10
-from pyserini_ext.index.aligner import AlignerIndex
-from pyserini_ext.models.aligner import AlignerModel
-from pyserini_ext.search.aligner import AlignerSearcher
+from bench.common import ndcg10
 
 
 def main() -> None:
     setup(2)
     ds, split, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    model = AlignerModel.from_pretrained(model_folder("aligner", None, "aligner_config.json"))
-    idx = AlignerIndex.open(index(ds, name))
-    s = AlignerSearcher(idx, model, exact_documents=0)
+    model, idx, s = searcher(ds, name, exact_documents=0)
     qids, qenc, qrels = queries(ds, split)
     Ns = [0, 512, 384, 256, 192, 128, 64, 32]
     runs = {n: {} for n in Ns}

@@ -18,21 +18,17 @@ import sys
 import time
 
 import numpy as np
-from harness import WORK, index, load, queries, setup, timed
+from harness import WORK, load, queries, searcher, setup, timed
 
-from bench.common import model_folder, ndcg10
-from pyserini_ext.index.aligner import AlignerIndex
-from pyserini_ext.models.aligner import AlignerModel
-from pyserini_ext.search.aligner import AlignerSearcher, maxsim_concatenated
+from bench.common import ndcg10
+from pyserini_ext.search.aligner import maxsim_concatenated
 
 
 def main() -> None:
     setup(2)
     ds, split, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    model = AlignerModel.from_pretrained(model_folder("aligner", None, "aligner_config.json"))
-    idx = AlignerIndex.open(index(ds, name))
+    model, idx, s = searcher(ds, name)
     print(name, "bytes/token", idx.bytes_per_token(), "nlist", idx.metadata["nlist"], flush=True)
-    s = AlignerSearcher(idx, model)
     qids, qenc, qrels = queries(ds, split)
     Ns = [256, 128, 64, 32, 16]
     runs = {n: {} for n in Ns}
