@@ -115,15 +115,13 @@ def model_fingerprint(model: str | os.PathLike) -> dict:
     return {"name": folder.name, "family": model_family(folder), "md5": digest.hexdigest()}
 
 
-def _index_metadata(index_dir: Path) -> dict:
-    for name in METADATA_FILES:
-        if (index_dir / name).is_file():
-            return json.loads((index_dir / name).read_text())
-    return {}
-
-
 def _metadata_file(index_dir: Path) -> Path | None:
     return next((index_dir / n for n in METADATA_FILES if (index_dir / n).is_file()), None)
+
+
+def _index_metadata(index_dir: Path) -> dict:
+    file = _metadata_file(index_dir)
+    return json.loads(file.read_text()) if file else {}
 
 
 def portable_metadata(metadata: dict) -> dict:
@@ -181,8 +179,9 @@ def pack_index(index_dir: str | os.PathLike, name: str, out_dir: str | os.PathLi
     if kind not in PYSERINI_INFO:
         raise PrebuiltIndexError(f"unknown index kind {kind!r}; known: {', '.join(PYSERINI_INFO)}")
     tarball = Path(out_dir) / f"{name}.tar.gz"
-    metadata_file, metadata = _metadata_file(index_dir), portable_metadata(_index_metadata(index_dir))
-    rewritten = metadata_file is not None and metadata != _index_metadata(index_dir)
+    metadata_file, stored = _metadata_file(index_dir), _index_metadata(index_dir)
+    metadata = portable_metadata(stored)
+    rewritten = metadata != stored  # only a metadata file's contents can differ from their portable form
 
     def member(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         if rewritten and info.name == f"{name}/{metadata_file.name}":

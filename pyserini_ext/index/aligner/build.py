@@ -150,7 +150,7 @@ class AlignerIndexBuilder(IndexBuilder):
                            "tokens_before_pruning": int(sum(i["tokens_before_pruning"] for i in infos)),
                            "truncated": truncated, "skipped_empty": len(skipped), **candidate_info},
                 "skipped_empty_docids": skipped[:1000],
-                "search": default_search(settings.nlist if settings.trains else None),
+                "search": default_search(),
                 "settings": asdict(settings), "parts": len(parts),
                 "bytes": part_bytes, "bytes_per_token": 0.0,
                 "build_seconds": round(sum(i["seconds"] for i in infos) + time.time() - started, 2),

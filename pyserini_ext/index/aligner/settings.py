@@ -37,8 +37,8 @@ def default_nlist(n_tokens: int, dim: int = 128) -> int:
     return int(2 ** min(np.floor(np.log2(16 * np.sqrt(n_tokens))), np.floor(np.log2(n_tokens / dim))))
 
 
-def default_search(nlist: int | None) -> dict:
-    """The search settings an index records for a searcher that is given none (the same at every `nlist` since
+def default_search() -> dict:
+    """The search settings an index records for a searcher that is given none (the same at every nlist since
     PLAID's few probes at large ones lost recall, DEFAULT_NPROBE)."""
     return {"nprobe": DEFAULT_NPROBE}
 
