@@ -41,9 +41,11 @@ prebuilt: $(INSTALLED)
 	$(BIN)/python scripts/build_prebuilt.py $(if $(PREBUILT_URL_BASE),--url-base $(PREBUILT_URL_BASE))
 
 test: $(INSTALLED)
+	scripts/seed_datasets.sh
 	$(PYTEST) tests
 
 test-slow: $(INSTALLED)
+	scripts/seed_datasets.sh
 	$(PYTEST) tests -m slow
 
 lint: $(INSTALLED)
