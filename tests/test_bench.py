@@ -67,6 +67,7 @@ def quick(tmp_path_factory):
     return out, json.loads((out / "figures.json").read_text()), done.stdout
 
 
+@pytest.mark.slow  # 4-6 minutes: ten benchmarks, each starting Python, torch and its models (make test-slow)
 def test_quick_bench_runs_every_benchmark_and_prints_its_ratios(quick):
     out, report, printed = quick
     figures = report["figures"]
