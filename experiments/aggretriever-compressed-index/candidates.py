@@ -1,8 +1,9 @@
 """Which compressed Faiss index for the Aggretriever at MS MARCO size: each candidate trained on the first
 --train-docs vectors, filled with N vectors (the bench's real DL19-subset passages + mixtures of them,
 bench/scale_aggretriever.py), searched one query at a time; recall@10 against exact inner products, p50, bytes per
-passage. Settings are chosen on DL20's 54 queries (no judgments in this copy: recall against flat only); DL19's 43
-give recall and nDCG@10 after the choice.
+passage. Settings are chosen on DL20's 54 queries (no judgments in this copy: recall against flat only), or with
+--dev on the MS MARCO train-triples sample's 100 queries (refine_dev.py's development set); DL19's 43 give recall and
+nDCG@10 after the choice. --pq-train-points caps each PQ sub-quantizer's k-means sample (Faiss's default: 256 x 256).
 
     python experiments/aggretriever-compressed-index/candidates.py --n 100000 --work runs/scale \
         --candidates "IVF1024,SQ4" "IVF1024,PQ256" --nprobe 16 32 64
@@ -54,6 +55,9 @@ def main() -> None:
     parser.add_argument("--hits", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None, help="append result rows (JSON lines) here")
+    parser.add_argument("--dev", action="store_true", help="recall@10 of the development queries too (recall10_dev)")
+    parser.add_argument("--pq-train-points", type=int, default=0,
+                        help="PQ training points per centroid (0: Faiss default)")
     args = parser.parse_args()
     from pyserini_ext.data import load_dataset
 
@@ -72,17 +76,30 @@ def main() -> None:
         exact = exact_top10(base, queries, args.n)
         exact_file.write_text(json.dumps(exact))
     matrix = np.stack(list(queries.values()))
+    dev = {}
+    if args.dev:
+        from refine_dev import dev_queries  # this folder's development set (the script's folder is on sys.path)
+
+        dev = dev_queries(Path(args.work))
+        dev_file = Path(args.work) / f"dev-queries-{args.n}.exact.json"
+        if not dev_file.is_file():
+            dev_file.write_text(json.dumps(exact_top10(base, dev, args.n)))
+        dev_exact = json.loads(dev_file.read_text())
+        dev_matrix = np.stack(list(dev.values()))
     print(f"N {args.n}, real {min(args.n, len(base.docids))}, exact DL19 nDCG@10 "
           f"{ndcg10(qrels, {q: dict(exact[q]) for q in dl19}):.4f}", flush=True)
     for spec in args.candidates:
         faiss.omp_set_num_threads(args.threads)
         started = time.time()
         index = make_index(spec, vectors[:args.train_docs])
+        ivf = faiss.try_extract_index_ivf(index)
+        pq = getattr(faiss.downcast_index(ivf if ivf is not None else index), "pq", None)
+        if pq is not None and args.pq_train_points:
+            pq.cp.max_points_per_centroid = args.pq_train_points
         index.train(vectors[:args.train_docs])
         trained = time.time() - started
         index.add(vectors)
         size = faiss.serialize_index(index).size
-        ivf = faiss.try_extract_index_ivf(index)
         refine = faiss.downcast_index(index) if "Refine" in spec or "RFlat" in spec else None
         faiss.omp_set_num_threads(1)  # one query at a time on one core: what a 2-core machine gives each query
         for nprobe in args.nprobe if ivf is not None else [0]:
@@ -100,6 +117,11 @@ def main() -> None:
                        "recall10_dl19": round(recall_at_10(run, exact, dl19), 4),
                        "ndcg10_dl19": round(ndcg10(qrels, {q: {d: -r for r, (d, _) in enumerate(run[q])}
                                                            for q in dl19}), 4)}
+                if dev:
+                    found, times = search(index, dev_matrix, args.hits)
+                    dev_run = {q: [(docids[r], 0.0) for r in found[i] if r >= 0] for i, q in enumerate(dev)}
+                    row["recall10_dev"] = round(recall_at_10(dev_run, dev_exact, dev), 4)
+                    row["p50_ms_dev"] = round(1000 * float(np.median(times)), 2)
                 print(json.dumps(row), flush=True)
                 if args.output:
                     with open(args.output, "a") as f:
