@@ -83,6 +83,22 @@ def test_gradient_path_equals_inference_path(splade_tiny_dir, pooling):
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, f"no gradient reaches {name}"
 
 
+def test_no_mlm_pooling_runs_under_bfloat16_autocast(splade_tiny_dir):
+    """Training's bf16 precision: under autocast the body's states leave LayerNorm in float32 while tok_proj's
+    weights come out in bfloat16; the no-mlm scatter once refused the mix (scatter(): Expected self.dtype ...)."""
+    model = from_masked_lm(splade_tiny_dir, AggretrieverConfig(pooling="no-mlm"))
+    tokenizer = AutoTokenizer.from_pretrained(splade_tiny_dir)
+    inputs = tokenizer(["protein folding", "cells divide when the growth signal is strong enough"],
+                       padding=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = model(inputs["input_ids"], inputs["attention_mask"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(inputs["input_ids"], inputs["attention_mask"])
+    assert low.requires_grad and (low[:, model.config.cls_dim:] != 0).sum() == (reference[:, model.config.cls_dim:]
+                                                                                 != 0).sum()
+    torch.testing.assert_close(low.float(), reference, rtol=0.05, atol=0.05)
+
+
 def test_bad_training_data_gives_clear_errors(scifact, tmp_path):
     with pytest.raises(ValueError, match="zero training pairs"):
         training_queries({"d1": {"title": "", "text": "x"}}, {"q1": "query"}, {"q1": {"d2": 1}})

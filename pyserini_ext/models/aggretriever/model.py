@@ -66,8 +66,9 @@ class Aggretriever(nn.Module):
         if self.config.pooling == "no-mlm":
             ids = input_ids[:, 1:]
             src = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
-            return hidden.new_zeros((batch, self.vocab_size)).scatter_reduce(1, ids, src, reduce="amax",
-                                                                             include_self=True)
+            # in the weights' dtype: under autocast tok_proj gives bfloat16 while the body's states may be float32
+            return src.new_zeros((batch, self.vocab_size)).scatter_reduce(1, ids, src, reduce="amax",
+                                                                          include_self=True)
         probs = torch.softmax(self.mlm_head.logits(hidden[:, 1:][mask]), dim=-1) * weights[mask][:, None]
         zero = probs.new_zeros(())
         rows = []
