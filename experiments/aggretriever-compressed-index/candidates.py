@@ -78,13 +78,10 @@ def main() -> None:
     matrix = np.stack(list(queries.values()))
     dev = {}
     if args.dev:
-        from refine_dev import dev_queries  # this folder's development set (the script's folder is on sys.path)
+        from refine_dev import dev_queries, dev_reference  # this folder's development set (on sys.path)
 
         dev = dev_queries(Path(args.work))
-        dev_file = Path(args.work) / f"dev-queries-{args.n}.exact.json"
-        if not dev_file.is_file():
-            dev_file.write_text(json.dumps(exact_top10(base, dev, args.n)))
-        dev_exact = json.loads(dev_file.read_text())
+        dev_exact = dev_reference(Path(args.work), base, dev, args.n)
         dev_matrix = np.stack(list(dev.values()))
     print(f"N {args.n}, real {min(args.n, len(base.docids))}, exact DL19 nDCG@10 "
           f"{ndcg10(qrels, {q: dict(exact[q]) for q in dl19}):.4f}", flush=True)

@@ -40,6 +40,14 @@ def dev_queries(work: Path) -> dict[str, np.ndarray]:
         return {q: data[q].astype(np.float32) for q in data}
 
 
+def dev_reference(work: Path, base: Base, queries: dict[str, np.ndarray], n: int) -> dict:
+    """The development queries' exact top 10 over the bench's first n vectors, cached under WORK."""
+    exact_file = work / f"dev-queries-{n}.exact.json"
+    if not exact_file.is_file():
+        exact_file.write_text(json.dumps(exact_top10(base, queries, n)))
+    return json.loads(exact_file.read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, required=True)
@@ -54,10 +62,7 @@ def main() -> None:
     work = Path(args.work)
     base = Base(work / "aggretriever-base")
     queries = dev_queries(work)
-    exact_file = work / f"dev-queries-{args.n}.exact.json"
-    if not exact_file.is_file():
-        exact_file.write_text(json.dumps(exact_top10(base, queries, args.n)))
-    reference = json.loads(exact_file.read_text())
+    reference = dev_reference(work, base, queries, args.n)
     index = read_faiss_index(args.index)
     docids = (Path(args.index) / "docid").read_text().split()
     matrix = np.stack(list(queries.values()))
